@@ -1,0 +1,37 @@
+"""Run a list of Gymnasium environments in parallel behind one object.
+
+Example:
+    >>> from parallelenv import ParallelEnv
+    >>> with ParallelEnv.make("CartPole-v1", num_envs=4, para_mode="dummy") as penv:
+    ...     obs, info = penv.reset(seed=0)
+    >>> obs.shape
+    (4, 4)
+"""
+
+from parallelenv.backends import register_backend
+from parallelenv.errors import (
+    AlreadyPendingError,
+    ClosedError,
+    EnvError,
+    NoPendingCallError,
+    ParallelEnvError,
+    WorkerDiedError,
+    WorkerTimeoutError,
+)
+from parallelenv.parallel_env import ParallelEnv
+from parallelenv.policies import POLICIES
+
+__all__ = [
+    "AlreadyPendingError",
+    "ClosedError",
+    "EnvError",
+    "NoPendingCallError",
+    "POLICIES",
+    "ParallelEnv",
+    "ParallelEnvError",
+    "WorkerDiedError",
+    "WorkerTimeoutError",
+    "register_backend",
+]
+
+__version__ = "0.1.0"

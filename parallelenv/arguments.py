@@ -1,0 +1,100 @@
+"""Checks of the user's ``id``, ``seed``, ``options`` and ``data`` arguments.
+
+Everything here runs before a call reaches a backend, so a bad argument is
+reported by name and never half-applied to some envs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def env_ids(id: Any, num_envs: int) -> np.ndarray:
+    """Turn ``id`` (None, an int, a sequence or an array of ints) into an int64 index array."""
+    if id is None:
+        return np.arange(num_envs)
+    if isinstance(id, (bool, np.bool_)):
+        raise TypeError(f"id must be an int or a sequence of ints, not {id!r}")
+    if isinstance(id, (int, np.integer)):
+        ids = np.array([int(id)])
+    elif isinstance(id, np.ndarray):
+        if id.ndim != 1 or not (np.issubdtype(id.dtype, np.integer) or id.size == 0):
+            raise TypeError(f"id must be a 1-D integer array, got shape {id.shape} of dtype {id.dtype}")
+        ids = id.astype(np.int64)
+    elif isinstance(id, Sequence) and not isinstance(id, (str, bytes)):
+        for position, item in enumerate(id):
+            if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+                raise TypeError(f"id[{position}] = {item!r} is not an int")
+        ids = np.array([int(item) for item in id], dtype=np.int64)
+    else:
+        raise TypeError(f"id must be None, an int, or a sequence/array of ints, not {type(id).__name__}")
+    if ids.size == 0:
+        raise ValueError("id names no env")
+    outside = np.flatnonzero((ids < 0) | (ids >= num_envs))
+    if outside.size:
+        raise ValueError(f"id {int(ids[outside[0]])} is out of range for {num_envs} envs")
+    if ids.size > 1:
+        values, counts = np.unique(ids, return_counts=True)
+        if (counts > 1).any():
+            raise ValueError(f"id {int(values[counts > 1][0])} is given more than once")
+    return ids
+
+
+def env_seeds(seed: Any, ids: np.ndarray) -> tuple[int | None, ...]:
+    """One seed per env of ``ids``.
+
+    An int seed gives env ``i`` the child ``i`` of ``SeedSequence(seed)``:
+    independent streams that do not depend on which ids are reset together
+    and do not overlap between neighbouring base seeds, unlike ``seed + i``.
+    """
+    if seed is None:
+        return (None,) * len(ids)
+    if _is_int(seed):
+        base = _non_negative(seed, "seed")
+        return tuple(
+            int(np.random.SeedSequence(base, spawn_key=(int(i),)).generate_state(1, np.uint64)[0])
+            for i in ids
+        )
+    seeds = per_env(seed, ids, "seed")
+    return tuple(None if s is None else _non_negative(s, f"seed[{p}]") for p, s in enumerate(seeds))
+
+
+def per_env(values: Any, ids: np.ndarray, what: str) -> tuple[Any, ...]:
+    """Check that ``values`` has exactly one entry per env of ``ids``."""
+    if not isinstance(values, (Sequence, np.ndarray)) or isinstance(values, (str, bytes)):
+        raise TypeError(f"{what} must be a list with one entry per id, not {type(values).__name__}")
+    if len(values) != len(ids):
+        raise ValueError(f"{what} has {len(values)} entries for {len(ids)} envs")
+    return tuple(values)
+
+
+def env_options(options: Any, ids: np.ndarray) -> tuple[dict[str, Any] | None, ...]:
+    """Reset options: None, one dict for every env, or a list with one per env."""
+    if options is None or isinstance(options, dict):
+        return (options,) * len(ids)
+    checked = per_env(options, ids, "options")
+    for position, item in enumerate(checked):
+        if item is not None and not isinstance(item, dict):
+            raise TypeError(f"options[{position}] must be a dict or None, not {type(item).__name__}")
+    return checked
+
+
+def check_align(align: str) -> str:
+    if align not in ("item", "batch"):
+        raise ValueError(f"align={align!r}; use 'item' or 'batch'")
+    return align
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _non_negative(value: Any, what: str) -> int:
+    if not _is_int(value):
+        raise TypeError(f"{what} must be an int or None, not {value!r}")
+    if value < 0:
+        raise ValueError(f"{what} must be non-negative, got {value}")
+    return int(value)

@@ -1,0 +1,66 @@
+"""What a backend is: the protocol between the front object and where envs run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import gymnasium as gym
+
+from parallelenv.backends.buffers import Buffers
+from parallelenv.calls import Call, Reply
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """The ParallelEnv arguments every backend receives."""
+
+    restart: bool  # the env host resets an env in the step that finishes it
+    num_cpus: int
+    num_gpus: float
+    no_warning: bool
+    call_timeout: float | None
+
+
+class Backend(Protocol):
+    """Runs calls on envs, asynchronously.
+
+    ``dispatch`` hands a call over and returns at once; ``collect`` returns
+    the replies that have arrived, waiting up to ``timeout`` seconds for at
+    least one. Step actions are read from ``buffers.actions`` and results
+    written into the other buffers, rows indexed by env id. A backend that
+    loses envs raises :class:`~parallelenv.WorkerDiedError` from either.
+    """
+
+    num_envs: int
+    single_observation_space: gym.Space
+    single_action_space: gym.Space
+    buffers: Buffers
+
+    def dispatch(self, call: Call) -> None: ...
+
+    def collect(self, timeout: float | None) -> list[Reply]: ...
+
+    def kill(self, env_ids: Sequence[int]) -> list[int]:
+        """Kill whatever hosts ``env_ids`` (they hang); return every env id lost with them."""
+        ...
+
+    def close(self) -> None: ...
+
+
+BackendFactory = Callable[..., Backend]
+"""``factory(env_sources, config, **backend_options) -> Backend``."""
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def unknown_options(mode: str, options: dict[str, Any]) -> None:
+    if options:
+        raise TypeError(f"para_mode={mode!r} takes no option(s) {', '.join(sorted(options))}")

@@ -1,0 +1,53 @@
+"""The ``dummy`` backend: every env in the caller, one after another."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from parallelenv.backends.base import BackendConfig, unknown_options
+from parallelenv.backends.buffers import Buffers
+from parallelenv.backends.env_host import EnvGroup, EnvSource, make_envs, silenced
+from parallelenv.batching import zeros
+from parallelenv.calls import Call, Failure, Reply
+
+
+class DummyBackend:
+    """Runs each call at once, in the caller; ``collect`` hands back the replies."""
+
+    def __init__(self, sources: Sequence[EnvSource], config: BackendConfig, **options: Any) -> None:
+        unknown_options("dummy", options)
+        self._no_warning = config.no_warning
+        with silenced(config.no_warning):
+            envs = make_envs(sources, first_id=0)
+        if isinstance(envs, Failure):
+            envs.raise_error()
+        self._group = EnvGroup(envs, first_id=0, restart=config.restart)
+        try:
+            obs_space, action_space = self._group.spaces()
+            self.buffers = Buffers.allocate(obs_space, action_space, len(envs), zeros)
+        except Exception:
+            self._group.close()
+            raise
+        self._group.attach(self.buffers)
+        self.num_envs = len(envs)
+        self.single_observation_space = obs_space
+        self.single_action_space = action_space
+        self._replies: list[Reply] = []
+
+    def dispatch(self, call: Call) -> None:
+        if self._no_warning:
+            with silenced(True):
+                self._replies.append(self._group.run(call))
+        else:
+            self._replies.append(self._group.run(call))
+
+    def collect(self, timeout: float | None) -> list[Reply]:
+        replies, self._replies = self._replies, []
+        return replies
+
+    def kill(self, env_ids: Sequence[int]) -> list[int]:
+        return []  # a call in the caller's own thread cannot be abandoned
+
+    def close(self) -> None:
+        self._group.close()

@@ -1,0 +1,199 @@
+"""Runs calls against a group of envs: the only per-env logic of the CPU backends.
+
+Every CPU backend hosts its envs in :class:`EnvGroup` objects: the dummy
+backend one in the caller, the subprocess backend one per worker process,
+the Ray backends one per actor. A group reads its envs' actions from and
+writes their results into :class:`Buffers` rows indexed by global env id,
+and answers every call with a :class:`Done` or a :class:`Failure`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from parallelenv.backends.buffers import Buffers
+from parallelenv.batching import row_reader, row_writer
+from parallelenv.calls import (
+    NO_ARGUMENT,
+    Call,
+    CallMethod,
+    Done,
+    Failure,
+    GetAttr,
+    Reply,
+    Reset,
+    SetAttr,
+    Step,
+)
+
+EnvSource = Any  # a gym.Env, or a zero-argument callable returning one
+
+
+def make_envs(sources: Sequence[EnvSource], first_id: int) -> list[gym.Env] | Failure:
+    """Build the envs of a group, or describe the first one that failed."""
+    envs = []
+    for offset, source in enumerate(sources):
+        env_id = first_id + offset
+        try:
+            envs.append(_make_env(source, env_id))
+        except Exception as exc:
+            for env in envs:
+                _close_quietly(env)
+            return Failure.from_exception(None, env_id, "make", exc)
+    return envs
+
+
+@contextlib.contextmanager
+def silenced(no_warning: bool) -> Iterator[None]:
+    """Ignore the warnings raised inside envs when ``no_warning`` is set."""
+    if not no_warning:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _make_env(source: EnvSource, env_id: int) -> gym.Env:
+    if isinstance(source, gym.Env):
+        return source
+    if not callable(source):
+        raise TypeError(f"env {env_id} is a {type(source).__name__}, not a gymnasium.Env or a factory of one")
+    env = source()
+    if not isinstance(env, gym.Env):
+        raise TypeError(f"the factory of env {env_id} returned a {type(env).__name__}, not a gymnasium.Env")
+    return env
+
+
+def _close_quietly(env: gym.Env) -> None:
+    try:
+        env.close()
+    except Exception:  # closing is best effort: the env may be what failed
+        pass
+
+
+class EnvGroup:
+    """A contiguous block of envs, ``first_id`` onwards, answering calls."""
+
+    def __init__(self, envs: list[gym.Env], first_id: int, restart: bool) -> None:
+        self.envs = envs
+        self.first_id = first_id
+        self.restart = restart
+        self._handlers: dict[type, Callable[[Any], Reply]] = {
+            Reset: self._reset,
+            Step: self._step,
+            GetAttr: self._get_attr,
+            SetAttr: self._set_attr,
+            CallMethod: self._call_method,
+        }
+
+    def spaces(self) -> tuple[gym.Space, gym.Space]:
+        """The group's observation and action spaces; every env must have the same."""
+        first = self.envs[0]
+        for offset, env in enumerate(self.envs[1:], start=1):
+            for kind in ("observation_space", "action_space"):
+                if getattr(env, kind) != getattr(first, kind):
+                    raise ValueError(
+                        f"env {self.first_id + offset} has {kind} {getattr(env, kind)}, "
+                        f"but env {self.first_id} has {getattr(first, kind)}; all envs must share their spaces"
+                    )
+        return first.observation_space, first.action_space
+
+    def attach(self, buffers: Buffers) -> None:
+        self.buffers = buffers
+        self._read_action = row_reader(buffers.actions, copy=True)
+        self._write_obs = row_writer(buffers.obs)
+
+    def run(self, call: Call) -> Reply:
+        return self._handlers[type(call)](call)
+
+    def close(self) -> None:
+        for env in self.envs:
+            _close_quietly(env)
+
+    def _env(self, env_id: int) -> gym.Env:
+        return self.envs[env_id - self.first_id]
+
+    def _reset(self, call: Reset) -> Reply:
+        infos = {}
+        for env_id, seed, options in zip(call.env_ids, call.seeds, call.options, strict=True):
+            try:
+                obs, info = self._env(env_id).reset(seed=seed, options=options)
+            except Exception as exc:
+                return Failure.from_exception(call, env_id, "reset", exc)
+            self._write_obs(env_id, obs)
+            infos[env_id] = info
+        return Done(Reset, call.env_ids, infos)
+
+    def _step(self, call: Step) -> Reply:
+        infos = {}
+        observations, rewards, terminations, truncations = [], [], [], []
+        read_action, restart, envs, first = self._read_action, self.restart, self.envs, self.first_id
+        for env_id in call.env_ids:
+            method = "step"
+            try:
+                obs, rew, term, trunc, info = envs[env_id - first].step(read_action(env_id))
+                if restart and (term or trunc):
+                    method = "reset"
+                    # The env may reuse its obs array for the next episode: keep our own copy.
+                    info = {**info, "ended_state": copy.deepcopy(obs), "reset": True}
+                    obs, _ = envs[env_id - first].reset()
+            except Exception as exc:
+                return Failure.from_exception(call, env_id, method, exc)
+            observations.append(obs)
+            rewards.append(rew)
+            terminations.append(term)
+            truncations.append(trunc)
+            if info:
+                infos[env_id] = info
+        self._store(call, observations, rewards, terminations, truncations)
+        return Done(Step, call.env_ids, infos)
+
+    def _store(self, call: Step, observations: list, rewards: list, terminations: list, truncations: list) -> None:
+        """Write a step's results into the buffers: one numpy assignment per array, not per env."""
+        ids = call.env_ids
+        rows: slice | list[int] = slice(ids[0], ids[-1] + 1) if ids[-1] - ids[0] + 1 == len(ids) else list(ids)
+        buffers = self.buffers
+        buffers.reward[rows] = rewards
+        buffers.terminated[rows] = terminations
+        buffers.truncated[rows] = truncations
+        if isinstance(buffers.obs, np.ndarray):
+            buffers.obs[rows] = observations
+        else:
+            for env_id, obs in zip(ids, observations, strict=True):
+                self._write_obs(env_id, obs)
+
+    def _get_attr(self, call: GetAttr) -> Reply:
+        values = []
+        for env_id in call.env_ids:
+            env = self._env(env_id)
+            try:
+                values.append(env.get_wrapper_attr(call.name) if env.has_wrapper_attr(call.name) else None)
+            except Exception as exc:
+                return Failure.from_exception(call, env_id, call.name, exc)
+        return Done(GetAttr, call.env_ids, values)
+
+    def _set_attr(self, call: SetAttr) -> Reply:
+        for env_id in call.env_ids:
+            try:
+                self._env(env_id).set_wrapper_attr(call.name, call.value)
+            except Exception as exc:
+                return Failure.from_exception(call, env_id, call.name, exc)
+        return Done(SetAttr, call.env_ids, [None] * len(call.env_ids))
+
+    def _call_method(self, call: CallMethod) -> Reply:
+        values = []
+        for env_id, argument in zip(call.env_ids, call.data, strict=True):
+            try:
+                method = self._env(env_id).get_wrapper_attr(call.name)
+                values.append(method() if argument is NO_ARGUMENT else method(argument))
+            except Exception as exc:
+                return Failure.from_exception(call, env_id, call.name, exc)
+        return Done(CallMethod, call.env_ids, values)

@@ -1,0 +1,71 @@
+"""Buffers placed in one POSIX shared-memory segment per ParallelEnv.
+
+Workers write observations, rewards and flags straight into their rows and
+the parent reads them without unpickling anything. The parent creates and
+unlinks the segment; workers only attach to it by name.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from multiprocessing import shared_memory
+
+from gymnasium import spaces
+
+from parallelenv.backends.buffers import Buffers
+from parallelenv.batching import BufferLayout
+
+NAME_PREFIX = "penv_"
+
+
+def _layout(obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, buffer: object) -> tuple[Buffers, int]:
+    layout = BufferLayout(buffer)
+    buffers = Buffers.allocate(obs_space, action_space, num_envs, layout)
+    return buffers, layout.size
+
+
+class SharedBuffers:
+    """The shared-memory segment and the :class:`Buffers` laid over it."""
+
+    def __init__(self, segment: shared_memory.SharedMemory, buffers: Buffers, owner: bool) -> None:
+        self.segment = segment
+        self.buffers: Buffers | None = buffers
+        self._owner = owner
+
+    @classmethod
+    def create(cls, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int) -> SharedBuffers:
+        _, size = _layout(obs_space, action_space, num_envs, None)
+        name = f"{NAME_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}"
+        segment = shared_memory.SharedMemory(name=name, create=True, size=max(size, 1))
+        buffers, _ = _layout(obs_space, action_space, num_envs, segment.buf)
+        return cls(segment, buffers, owner=True)
+
+    @classmethod
+    def attach(cls, name: str, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int) -> SharedBuffers:
+        if sys.version_info >= (3, 13):
+            # The creator owns the segment; a worker's tracker must not unlink it.
+            segment = shared_memory.SharedMemory(name=name, track=False)
+        else:
+            segment = shared_memory.SharedMemory(name=name)
+        buffers, _ = _layout(obs_space, action_space, num_envs, segment.buf)
+        return cls(segment, buffers, owner=False)
+
+    @property
+    def name(self) -> str:
+        return self.segment.name
+
+    def release(self) -> None:
+        """Drop our arrays over the segment, close it, and unlink it if we made it."""
+        self.buffers = None
+        try:
+            self.segment.close()
+        except BufferError:
+            pass  # someone still holds an array over it; the mapping goes with the process
+        if self._owner:
+            try:
+                self.segment.unlink()
+            except FileNotFoundError:
+                pass
+            self._owner = False

@@ -1,0 +1,275 @@
+"""The ``subproc`` backend: worker processes, each hosting a contiguous group of envs.
+
+Why this shape: one pipe round trip costs more than a cheap env's step, so a
+worker steps several envs per message and every call costs one short message
+per worker, not per env. Observations, rewards and flags go through shared
+memory (see :mod:`parallelenv.backends.shm`); the pipe carries only the call
+and the envs' non-empty infos. The parent blocks in ``connection.wait`` on
+the pipes and the processes' sentinels, so it takes no core from the envs
+and learns at once when a worker dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import signal
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from parallelenv.backends.base import BackendConfig
+from parallelenv.backends.env_host import EnvSource
+from parallelenv.backends.shm import SharedBuffers
+from parallelenv.backends.worker import CLOSE, Attach, Ready, worker_main
+from parallelenv.calls import Call, Failure, Reply, split_call
+from parallelenv.errors import WorkerDiedError
+
+CLOSE_GRACE_S = 5.0
+
+
+def default_start_method() -> str:
+    # forkserver: as safe as spawn (never forks a parent that runs threads, as
+    # Ray or torch do) and nearly as fast as fork, since the server preloads
+    # numpy and gymnasium once and forks each worker from that state.
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+def _context(start_method: str | None) -> Any:
+    method = start_method or default_start_method()
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["parallelenv.backends.worker"])
+    return ctx
+
+
+@contextlib.contextmanager
+def _main_module_not_rerun() -> Iterator[None]:
+    """Start processes without making them re-run the caller's script.
+
+    spawn and forkserver children import ``__main__`` from its path so that
+    pickles can refer to it. Ours never do: env factories travel by
+    cloudpickle, which sends ``__main__`` objects by value. Without this, a
+    script that builds a ParallelEnv at top level, without the
+    ``if __name__ == "__main__"`` guard, would start workers that start workers.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or getattr(main.__spec__, "name", None) is not None:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
+def pickle_sources(sources: Sequence[EnvSource]) -> list[bytes]:
+    """cloudpickle each env or factory, naming the first that cannot be sent to a worker."""
+    payloads = []
+    for env_id, source in enumerate(sources):
+        try:
+            payloads.append(cloudpickle.dumps(source))
+        except Exception as exc:
+            raise TypeError(
+                f"env {env_id} ({source!r}) cannot be pickled to send it to a worker process: "
+                f"{type(exc).__name__}: {exc}. Pass a factory that builds the env in the worker."
+            ) from exc
+    return payloads
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+    env_ids: list[int]
+    pending: int = 0  # messages sent and not yet answered
+    death: WorkerDiedError | None = field(default=None)
+
+    def died(self, reason: str | None = None) -> WorkerDiedError:
+        if self.death is None:
+            if reason is None:
+                self.process.join(timeout=1.0)
+                reason = _exit_reason(self.process.exitcode)
+            self.death = WorkerDiedError(self.env_ids, reason)
+        return self.death
+
+
+def _exit_reason(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "its pipe closed while the process still runs"
+    if exitcode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
+
+
+class SubprocBackend:
+    """Envs in ``num_workers`` processes (default: one per CPU, at most one per env).
+
+    Options (keyword arguments of ParallelEnv):
+        num_workers: how many worker processes.
+        start_method: ``"forkserver"`` (default on Linux), ``"spawn"`` or ``"fork"``.
+        start_timeout: seconds to wait for the workers to build their envs.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[EnvSource],
+        config: BackendConfig,
+        num_workers: int | None = None,
+        start_method: str | None = None,
+        start_timeout: float | None = 120.0,
+    ) -> None:
+        num_envs = len(sources)
+        if num_workers is None:
+            num_workers = min(config.num_cpus, num_envs)
+        if not isinstance(num_workers, int) or not 1 <= num_workers <= num_envs:
+            raise ValueError(f"num_workers={num_workers!r}; use an int from 1 to the number of envs ({num_envs})")
+        payloads = pickle_sources(sources)
+        self.num_envs = num_envs
+        self._workers: list[_Worker] = []
+        self._shared: SharedBuffers | None = None
+        self._closed = False
+        ctx = _context(start_method)
+        groups = np.array_split(np.arange(num_envs), num_workers)
+        # owner[i] is the position in self._workers of the worker hosting env i.
+        self._owner = np.repeat(np.arange(num_workers), [len(g) for g in groups])
+        try:
+            for group in groups:
+                self._workers.append(self._start_worker(ctx, payloads, group.tolist(), config))
+            self._handshake(start_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _start_worker(ctx: Any, payloads: list[bytes], env_ids: list[int], config: BackendConfig) -> _Worker:
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        group_payloads = [payloads[i] for i in env_ids]
+        process = ctx.Process(
+            target=worker_main,
+            args=(child_conn, group_payloads, env_ids[0], config.restart, config.no_warning),
+            name=f"parallelenv-worker-{env_ids[0]}-{env_ids[-1]}",
+            daemon=True,
+        )
+        with _main_module_not_rerun():
+            process.start()
+        child_conn.close()
+        return _Worker(process, parent_conn, env_ids)
+
+    def _handshake(self, timeout: float | None) -> None:
+        """Learn the spaces from the workers, then give them the shared buffers."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        spaces = [self._await(w, deadline, "build its envs") for w in self._workers]
+        obs_space, action_space = spaces[0].observation_space, spaces[0].action_space
+        for worker, ready in zip(self._workers, spaces, strict=True):
+            for kind, first in (("observation_space", obs_space), ("action_space", action_space)):
+                if getattr(ready, kind) != first:
+                    raise ValueError(
+                        f"env {worker.env_ids[0]} has {kind} {getattr(ready, kind)}, but env 0 has {first}; "
+                        "all envs must share their spaces"
+                    )
+        self.single_observation_space, self.single_action_space = obs_space, action_space
+        self._shared = SharedBuffers.create(obs_space, action_space, self.num_envs)
+        self.buffers = self._shared.buffers
+        attach = Attach(self._shared.name, obs_space, action_space, self.num_envs)
+        for worker in self._workers:
+            worker.conn.send(attach)
+        for worker in self._workers:
+            self._await(worker, deadline, "attach to shared memory")
+
+    def _await(self, worker: _Worker, deadline: float | None, doing: str) -> Ready:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = wait([worker.conn, worker.process.sentinel], remaining)
+        if not ready:
+            raise worker.died(f"it did not {doing} within the start timeout")
+        try:
+            message = worker.conn.recv()
+        except (EOFError, OSError):
+            raise worker.died() from None
+        if isinstance(message, Failure):
+            message.raise_error()
+        return message
+
+    def dispatch(self, call: Call) -> None:
+        for position, worker_call in self._route(call):
+            worker = self._workers[position]
+            if worker.death is not None:
+                raise worker.death
+            try:
+                worker.conn.send(worker_call)
+            except (BrokenPipeError, ConnectionResetError, EOFError):
+                raise worker.died() from None
+            worker.pending += 1
+
+    def _route(self, call: Call) -> list[tuple[int, Call]]:
+        owners = self._owner[list(call.env_ids)]
+        if owners[0] == owners[-1] and (owners == owners[0]).all():
+            return [(int(owners[0]), call)]
+        return [
+            (int(position), split_call(call, np.flatnonzero(owners == position).tolist()))
+            for position in np.unique(owners)
+        ]
+
+    def collect(self, timeout: float | None) -> list[Reply]:
+        by_conn: dict[Any, _Worker] = {w.conn: w for w in self._workers if w.pending}
+        if not by_conn:
+            return []
+        by_sentinel: dict[Any, _Worker] = {w.process.sentinel: w for w in by_conn.values()}
+        ready = wait([*by_conn, *by_sentinel], timeout)
+        replies = []
+        for obj in ready:
+            worker = by_conn.get(obj)
+            if worker is None:
+                continue
+            try:
+                replies.append(worker.conn.recv())
+            except (EOFError, OSError):
+                raise worker.died() from None
+            worker.pending -= 1
+        for obj in ready:
+            worker = by_sentinel.get(obj)
+            if worker is not None and worker.conn not in ready:
+                raise worker.died()
+        return replies
+
+    def kill(self, env_ids: Sequence[int]) -> list[int]:
+        lost: list[int] = []
+        for position in np.unique(self._owner[list(env_ids)]):
+            worker = self._workers[int(position)]
+            worker.process.kill()
+            worker.died("it did not answer within call_timeout and was killed")
+            lost.extend(worker.env_ids)
+        return lost
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for worker in self._workers:
+            if worker.death is None:
+                try:
+                    worker.conn.send(CLOSE)
+                except (OSError, EOFError):
+                    pass
+        deadline = time.monotonic() + CLOSE_GRACE_S
+        for worker in self._workers:
+            worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
+        for worker in self._workers:
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(timeout=5.0)
+            worker.conn.close()
+        if self._shared is not None:
+            self.buffers = None  # type: ignore[assignment]  # the arrays die with the segment
+            self._shared.release()

@@ -1,0 +1,218 @@
+"""Batched arrays for a space: allocate them, write one env's row, read rows.
+
+Observations and actions of every env live in one row each of arrays shaped
+like ``gymnasium.vector.utils.batch_space``. The arrays can be placed in any
+buffer (shared memory for the subprocess backend) through an allocator, and
+are nested dicts/tuples of arrays for Dict and Tuple spaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import singledispatch
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]
+Batched = Any  # an ndarray, or a dict / tuple of Batched
+ALIGNMENT = 64  # cache-line aligned rows keep workers from sharing lines at the edges
+
+
+class UnsupportedSpaceError(TypeError):
+    """The space has no fixed shape, so it cannot live in a preallocated buffer."""
+
+
+@singledispatch
+def allocate(space: spaces.Space, n: int, alloc: Allocator) -> Batched:
+    """Allocate arrays holding ``n`` elements of ``space``."""
+    raise UnsupportedSpaceError(
+        f"{space} is not supported: parallelenv batches fixed-shape spaces "
+        "(Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of them)"
+    )
+
+
+@allocate.register(spaces.Box)
+@allocate.register(spaces.MultiBinary)
+@allocate.register(spaces.MultiDiscrete)
+def _(space: spaces.Space, n: int, alloc: Allocator) -> Batched:
+    return alloc((n, *space.shape), np.dtype(space.dtype))
+
+
+@allocate.register(spaces.Discrete)
+def _(space: spaces.Discrete, n: int, alloc: Allocator) -> Batched:
+    return alloc((n,), np.dtype(space.dtype))
+
+
+@allocate.register(spaces.Dict)
+def _(space: spaces.Dict, n: int, alloc: Allocator) -> Batched:
+    return {key: allocate(sub, n, alloc) for key, sub in space.spaces.items()}
+
+
+@allocate.register(spaces.Tuple)
+def _(space: spaces.Tuple, n: int, alloc: Allocator) -> Batched:
+    return tuple(allocate(sub, n, alloc) for sub in space.spaces)
+
+
+def zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """The allocator for buffers private to one process."""
+    return np.zeros(shape, dtype)
+
+
+class BufferLayout:
+    """Places arrays one after another in a byte buffer, each aligned.
+
+    Run once with ``buffer=None`` to learn ``size``; then with a buffer of that
+    size to get arrays over it. Parent and worker build the same layout from
+    the same spaces, so only the buffer's name crosses the process boundary.
+    """
+
+    def __init__(self, buffer: Any = None) -> None:
+        self.buffer = buffer
+        self.size = 0
+
+    def __call__(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        offset = -(-self.size // ALIGNMENT) * ALIGNMENT
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        self.size = offset + nbytes
+        if self.buffer is None:
+            return np.empty(0, dtype)
+        return np.ndarray(shape, dtype, buffer=self.buffer, offset=offset)
+
+
+def row_writer(batched: Batched) -> Callable[[int, Any], None]:
+    """A function ``write(row, value)`` storing one env's value into ``batched``."""
+    if isinstance(batched, np.ndarray):
+        return batched.__setitem__
+    if isinstance(batched, dict):
+        writers = {key: row_writer(sub) for key, sub in batched.items()}
+
+        def write_dict(row: int, value: Any) -> None:
+            for key, write in writers.items():
+                write(row, value[key])
+
+        return write_dict
+    tuple_writers = [row_writer(sub) for sub in batched]
+
+    def write_tuple(row: int, value: Any) -> None:
+        for write, item in zip(tuple_writers, value, strict=True):
+            write(row, item)
+
+    return write_tuple
+
+
+def row_reader(batched: Batched, copy: bool = False) -> Callable[[int], Any]:
+    """A function ``read(row)`` returning one env's value from ``batched``.
+
+    With ``copy`` the value owns its memory: an env may keep the action it was
+    given, and the row is overwritten by the next action.
+    """
+    if isinstance(batched, np.ndarray):
+        if copy and batched.ndim > 1:
+            return lambda row: batched[row].copy()
+        return batched.__getitem__
+    if isinstance(batched, dict):
+        readers = {key: row_reader(sub, copy) for key, sub in batched.items()}
+        return lambda row: {key: read(row) for key, read in readers.items()}
+    tuple_readers = [row_reader(sub, copy) for sub in batched]
+    return lambda row: tuple(read(row) for read in tuple_readers)
+
+
+def take(batched: Batched, rows: np.ndarray | None) -> Batched:
+    """Copy the given rows (all rows when None) into fresh arrays."""
+    if isinstance(batched, np.ndarray):
+        return batched.copy() if rows is None else batched[rows]
+    if isinstance(batched, dict):
+        return {key: take(sub, rows) for key, sub in batched.items()}
+    return tuple(take(sub, rows) for sub in batched)
+
+
+def put(batched: Batched, rows: np.ndarray, values: Batched) -> None:
+    """Write batched ``values`` into ``rows`` of ``batched``."""
+    if isinstance(batched, np.ndarray):
+        batched[rows] = values
+    elif isinstance(batched, dict):
+        for key, sub in batched.items():
+            put(sub, rows, values[key])
+    else:
+        for sub, sub_values in zip(batched, values, strict=True):
+            put(sub, rows, sub_values)
+
+
+def zero_positions(batched: Batched, positions: np.ndarray) -> None:
+    """Zero the given positions of freshly taken arrays (None results)."""
+    if isinstance(batched, np.ndarray):
+        batched[positions] = 0
+    else:
+        for sub in batched.values() if isinstance(batched, dict) else batched:
+            zero_positions(sub, positions)
+
+
+def unbatch(batched: Batched, position: int) -> Any:
+    """One env's value out of taken arrays, as its own copy."""
+    if isinstance(batched, np.ndarray):
+        value = batched[position]
+        return value.copy() if isinstance(value, np.ndarray) else value
+    if isinstance(batched, dict):
+        return {key: unbatch(sub, position) for key, sub in batched.items()}
+    return tuple(unbatch(sub, position) for sub in batched)
+
+
+@singledispatch
+def check_batch(space: spaces.Space, values: Any, n: int, what: str = "actions") -> Batched:
+    """Validate user-given values for ``n`` envs of ``space``; return them batched.
+
+    Accepts the batched form (an array with one row per env, or a dict/tuple of
+    such) and, for Dict and Tuple spaces, a list with one value per env.
+    Raises ValueError/TypeError naming what is wrong before anything is sent.
+    """
+    raise UnsupportedSpaceError(f"{what}: {space} is not supported")
+
+
+def _check_array(space: spaces.Space, values: Any, n: int, what: str) -> np.ndarray:
+    try:
+        array = np.asarray(values)
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(f"{what} cannot form an array of shape {(n, *space.shape)}: {exc}") from None
+    expected = (n, *space.shape)
+    if array.shape != expected:
+        raise ValueError(f"{what} has shape {array.shape}; expected {expected} ({n} envs of {space})")
+    if not np.can_cast(array.dtype, space.dtype, casting="same_kind"):
+        raise TypeError(f"{what} of dtype {array.dtype} cannot be cast safely to {space.dtype} of {space}")
+    return array
+
+
+@check_batch.register(spaces.Box)
+@check_batch.register(spaces.MultiBinary)
+@check_batch.register(spaces.MultiDiscrete)
+def _(space: spaces.Space, values: Any, n: int, what: str = "actions") -> Batched:
+    return _check_array(space, values, n, what)
+
+
+@check_batch.register(spaces.Discrete)
+def _(space: spaces.Discrete, values: Any, n: int, what: str = "actions") -> Batched:
+    array = _check_array(space, values, n, what)
+    outside = np.flatnonzero((array < space.start) | (array >= space.start + space.n))
+    if outside.size:
+        p = int(outside[0])
+        raise ValueError(f"{what}[{p}] = {array[p]} is outside {space}")
+    return array
+
+
+@check_batch.register(spaces.Dict)
+def _(space: spaces.Dict, values: Any, n: int, what: str = "actions") -> Batched:
+    if isinstance(values, (list, np.ndarray)) and len(values) == n:
+        values = {key: [v[key] for v in values] for key in space.spaces}
+    if not isinstance(values, dict) or set(values) != set(space.spaces):
+        raise TypeError(f"{what} must be a dict with keys {sorted(space.spaces)} or a list of {n} such dicts")
+    return {key: check_batch(sub, values[key], n, f"{what}[{key!r}]") for key, sub in space.spaces.items()}
+
+
+@check_batch.register(spaces.Tuple)
+def _(space: spaces.Tuple, values: Any, n: int, what: str = "actions") -> Batched:
+    if isinstance(values, list) and len(values) == n:
+        values = tuple(zip(*values, strict=True))
+    if not isinstance(values, tuple) or len(values) != len(space.spaces):
+        raise TypeError(f"{what} must be a tuple of {len(space.spaces)} batched parts or a list of {n} tuples")
+    return tuple(check_batch(sub, part, n, f"{what}[{i}]") for i, (sub, part) in enumerate(zip(space.spaces, values, strict=True)))

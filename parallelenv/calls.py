@@ -1,0 +1,138 @@
+"""Typed messages between the front object and the env hosts.
+
+A call names the envs it is for by their global index; a backend that hosts
+envs in groups splits a call with :func:`split_call` so that each group only
+receives its own envs and their share of the per-env data. Step actions are
+not in the message: the front writes them into the backend's action buffer,
+which for the subprocess backend is shared memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, Union
+
+from parallelenv.errors import EnvError, RemoteTraceback
+
+PER_ENV = {"per_env": True}
+
+
+@dataclass(frozen=True)
+class Reset:
+    env_ids: tuple[int, ...]
+    seeds: tuple[int | None, ...] = field(metadata=PER_ENV)
+    options: tuple[dict[str, Any] | None, ...] = field(metadata=PER_ENV)
+
+
+@dataclass(frozen=True)
+class Step:
+    env_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GetAttr:
+    env_ids: tuple[int, ...]
+    name: str
+
+
+@dataclass(frozen=True)
+class SetAttr:
+    env_ids: tuple[int, ...]
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class CallMethod:
+    env_ids: tuple[int, ...]
+    name: str
+    # One argument per env; NO_ARGUMENT calls the method with none.
+    data: tuple[Any, ...] = field(metadata=PER_ENV)
+
+
+Call = Union[Reset, Step, GetAttr, SetAttr, CallMethod]
+
+
+class _NoArgument:
+    """Marks a CallMethod entry that calls the method without an argument."""
+
+    def __repr__(self) -> str:
+        return "NO_ARGUMENT"
+
+    def __reduce__(self) -> str:
+        return "NO_ARGUMENT"
+
+
+NO_ARGUMENT = _NoArgument()
+
+
+@dataclass(frozen=True)
+class Done:
+    """A call completed on every env it named.
+
+    ``values`` holds, per env of ``env_ids``: the info dict for Reset and
+    Step, the attribute for GetAttr, the return value for CallMethod, None
+    for SetAttr. Step replies leave out empty infos (``values`` is then a
+    dict keyed by env index) since most steps of most envs have none.
+    """
+
+    call_type: type
+    env_ids: tuple[int, ...]
+    values: Any
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An env raised; the exception travels as data until the front raises it."""
+
+    call_type: type
+    env_ids: tuple[int, ...]  # every env the failed call named, for the front's bookkeeping
+    env_index: int
+    method: str
+    exc_type: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def from_exception(
+        cls, call: Call | None, env_index: int, method: str, exc: BaseException
+    ) -> Failure:
+        """Describe ``exc``, raised by env ``env_index`` running ``call`` (None: building the env)."""
+        exc_cls = type(exc)
+        return cls(
+            call_type=type(call),
+            env_ids=(env_index,) if call is None else call.env_ids,
+            env_index=env_index,
+            method=method,
+            exc_type=f"{exc_cls.__module__}.{exc_cls.__qualname__}".removeprefix("builtins."),
+            message=str(exc),
+            traceback="".join(traceback.format_exception(exc)),
+        )
+
+
+    def raise_error(self) -> NoReturn:
+        raise EnvError(
+            self.env_index, self.method, self.exc_type, self.message, self.traceback
+        ) from RemoteTraceback(self.traceback)
+
+
+Reply = Union[Done, Failure]
+
+
+def split_call(call: Call, positions: list[int]) -> Call:
+    """Keep only the envs at ``positions`` of ``call.env_ids``, with their per-env data."""
+    changes: dict[str, Any] = {"env_ids": tuple(call.env_ids[p] for p in positions)}
+    for f in dataclasses.fields(call):
+        if f.metadata.get("per_env"):
+            values = getattr(call, f.name)
+            changes[f.name] = tuple(values[p] for p in positions)
+    return dataclasses.replace(call, **changes)
+
+
+def method_name(call: Call) -> str:
+    """The env-facing name of a call, as used in error messages."""
+    if isinstance(call, (GetAttr, SetAttr, CallMethod)):
+        return call.name
+    return type(call).__name__.lower()

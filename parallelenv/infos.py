@@ -1,0 +1,60 @@
+"""Per-env info dicts merged into a Gymnasium vector info dict.
+
+``info[key]`` is an array with one entry per env and ``info["_" + key]`` a
+boolean mask of the envs that set it; nested dicts are merged recursively.
+This follows ``gymnasium.vector.VectorEnv._add_info`` so that code and
+wrappers written for Gymnasium read our infos unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+_SCALARS = (bool, int, float)
+
+
+def _empty_like(value: Any, n: int) -> np.ndarray:
+    if type(value) in _SCALARS or isinstance(value, np.number | np.bool_):
+        return np.zeros(n, dtype=type(value))
+    if isinstance(value, np.ndarray):
+        return np.zeros((n, *value.shape), dtype=value.dtype)
+    return np.full(n, None, dtype=object)
+
+
+def add_info(vector: dict[str, Any], info: dict[str, Any], position: int, n: int) -> dict[str, Any]:
+    """Merge one env's ``info`` into ``vector`` at ``position``; returns ``vector``."""
+    for key, value in info.items():
+        if isinstance(value, dict):
+            array = add_info(vector.get(key, {}), value, position, n)
+        else:
+            array = vector[key] if key in vector else _empty_like(value, n)
+            try:
+                array[position] = value
+            except (ValueError, TypeError):  # a value unlike the first one seen: keep objects
+                array = array.astype(object) if array.ndim == 1 else _as_object(array)
+                array[position] = value
+        mask = vector.get("_" + key)
+        if mask is None:
+            mask = np.zeros(n, dtype=bool)
+        mask[position] = True
+        vector[key], vector["_" + key] = array, mask
+    return vector
+
+
+def _as_object(array: np.ndarray) -> np.ndarray:
+    rows = np.full(len(array), None, dtype=object)
+    for i, row in enumerate(array):
+        rows[i] = row
+    return rows
+
+
+def vector_info(infos: Iterable[tuple[int, dict[str, Any]]], n: int) -> dict[str, Any]:
+    """Merge ``(position, info)`` pairs for ``n`` envs into one vector info."""
+    vector: dict[str, Any] = {}
+    for position, info in infos:
+        if info:
+            add_info(vector, info, position, n)
+    return vector

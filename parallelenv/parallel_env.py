@@ -1,0 +1,416 @@
+"""ParallelEnv: validate the user's call, route it to a backend, assemble the results.
+
+No IPC happens here. The front object keeps, per env, where its call stands
+(:class:`EnvState`) and which envs the policy has finished; the backend runs
+the calls. ``step`` is ``send`` followed by ``recv`` of the same envs.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector.utils import batch_space
+
+from parallelenv import arguments
+from parallelenv.backends import BackendConfig, resolve_backend
+from parallelenv.backends.base import Backend, available_cpus
+from parallelenv.batching import check_batch, put, take
+from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, Done, Failure, GetAttr, Reply, Reset, SetAttr, Step
+from parallelenv.errors import (
+    AlreadyPendingError,
+    ClosedError,
+    NoPendingCallError,
+    WorkerDiedError,
+    WorkerTimeoutError,
+)
+from parallelenv.policies import resolve_policy
+from parallelenv.results import batch_results, item_results
+
+DEFAULT_CALL_TIMEOUT_S = 600.0
+
+
+class EnvState(enum.IntEnum):
+    IDLE = 0  # nothing outstanding
+    PENDING = 1  # a call was sent, no answer yet
+    READY = 2  # a step's result arrived and waits for recv
+
+
+# Plain ints for the hot path: comparing an int8 array with an IntEnum member
+# goes through enum's attribute machinery on every call.
+IDLE, PENDING, READY = int(EnvState.IDLE), int(EnvState.PENDING), int(EnvState.READY)
+
+
+class ParallelEnv:
+    """A list of Gymnasium envs stepped in parallel behind one object.
+
+    Args:
+        envs: ``gym.Env`` instances or zero-argument callables returning one.
+            Factories are preferred for processes and Ray: nothing unpicklable
+            crosses a process boundary.
+        para_mode: where the envs run: ``"dummy"``, ``"subproc"``, or a name
+            given to :func:`~parallelenv.register_backend`.
+        asynchronous: what happens to envs that finish at different times:
+            ``None``, ``"idle"``, ``"restart"`` or ``"continue"`` (see README).
+        num_cpus: cores for this ParallelEnv; default: all of this machine's.
+        num_gpus: GPUs for backends that place envs on them.
+        no_warning: silence the warnings raised inside the envs.
+        call_timeout: seconds an env call may take before its worker is
+            declared hung, killed, and :class:`~parallelenv.WorkerTimeoutError`
+            raised; None waits forever.
+        **backend_options: passed to the backend (``num_workers``,
+            ``start_method`` for ``"subproc"``).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from parallelenv import ParallelEnv
+        >>> with ParallelEnv([lambda: gym.make("CartPole-v1")] * 4, para_mode="dummy") as penv:
+        ...     obs, info = penv.reset(seed=0)
+        ...     obs, rew, terminated, truncated, info = penv.step([0, 1, 0, 1])
+        >>> obs.shape
+        (4, 4)
+    """
+
+    def __init__(
+        self,
+        envs: Sequence[Any],
+        para_mode: str = "subproc",
+        asynchronous: str | None = "restart",
+        num_cpus: int | None = None,
+        num_gpus: float = 0,
+        no_warning: bool = True,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
+        **backend_options: Any,
+    ) -> None:
+        self._closed = True  # until the backend exists, close() has nothing to do
+        if isinstance(envs, (gym.Env, str)) or not isinstance(envs, Sequence) or not envs:
+            raise TypeError("envs must be a non-empty list of gym.Env instances or factories of them")
+        self._policy = resolve_policy(asynchronous)
+        factory = resolve_backend(para_mode)
+        if num_cpus is None:
+            num_cpus = available_cpus()
+        if not isinstance(num_cpus, int) or num_cpus < 1:
+            raise ValueError(f"num_cpus={num_cpus!r}; use a positive int")
+        if call_timeout is not None and not call_timeout > 0:
+            raise ValueError(f"call_timeout={call_timeout!r}; use a positive number of seconds or None")
+        config = BackendConfig(
+            restart=self._policy.restarts_finished_envs,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            no_warning=no_warning,
+            call_timeout=call_timeout,
+        )
+        self.para_mode = para_mode
+        self.asynchronous = asynchronous
+        self.call_timeout = call_timeout
+        self._backend: Backend = factory(list(envs), config, **backend_options)
+        self._closed = False
+        self._broken: WorkerDiedError | None = None
+        n = self.num_envs = self._backend.num_envs
+        self.single_observation_space = self._backend.single_observation_space
+        self.single_action_space = self._backend.single_action_space
+        self.observation_space = batch_space(self.single_observation_space, n)
+        self.action_space = batch_space(self.single_action_space, n)
+        self._all_ids = np.arange(n)
+        self._state = np.zeros(n, dtype=np.int8)
+        self._sent_at = np.zeros(n)
+        self._send_order = np.zeros(n, dtype=np.int64)
+        self._next_order = 0
+        self._finished = np.zeros(n, dtype=bool)
+        self._none_result = np.zeros(n, dtype=bool)  # READY with a None result, not stepped
+        self._infos: dict[int, dict[str, Any]] = {}  # non-empty infos of READY envs
+        self._call_values: dict[int, Any] = {}  # answers to the synchronous call under way
+        self._failures: list[Failure] = []
+
+    @classmethod
+    def make(
+        cls,
+        env_id: str,
+        num_envs: int,
+        para_mode: str = "subproc",
+        *,
+        asynchronous: str | None = "restart",
+        num_cpus: int | None = None,
+        num_gpus: float = 0,
+        no_warning: bool = True,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
+        backend_options: dict[str, Any] | None = None,
+        **gym_kwargs: Any,
+    ) -> ParallelEnv:
+        """``num_envs`` copies of a registered Gymnasium env, built where they run.
+
+        Example:
+            >>> from parallelenv import ParallelEnv
+            >>> penv = ParallelEnv.make("CartPole-v1", num_envs=2, para_mode="dummy")
+            >>> len(penv)
+            2
+            >>> penv.close()
+        """
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs={num_envs!r}; use a positive int")
+        factory = functools.partial(gym.make, env_id, **gym_kwargs)
+        return cls(
+            [factory] * num_envs,
+            para_mode=para_mode,
+            asynchronous=asynchronous,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            no_warning=no_warning,
+            call_timeout=call_timeout,
+            **(backend_options or {}),
+        )
+
+    def __len__(self) -> int:
+        return self.num_envs
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self.num_envs} envs"
+        return f"ParallelEnv({state}, para_mode={self.para_mode!r}, asynchronous={self.asynchronous!r})"
+
+    def __enter__(self) -> ParallelEnv:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # A safety net only: call close() (or use `with`) to release workers promptly.
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ----------------------------------------------------------------- public calls
+
+    def reset(
+        self, seed: Any = None, options: Any = None, id: Any = None, align: str = "item"
+    ) -> Any:
+        """Reset the envs of ``id`` (all when None); returns ``(obs, info)``.
+
+        Args:
+            seed: None; an int, from which each env derives its own independent
+                seed; or a list with one seed (or None) per env of ``id``.
+            options: None, one dict for every env, or a list with one per env.
+            id: env indices; results come back in this order.
+            align: ``"item"`` for batched ``(obs, info)``, ``"batch"`` for a
+                list of per-env ``(obs, info)`` tuples.
+        """
+        ids = self._ids(id)
+        arguments.check_align(align)
+        call = Reset(tuple(ids.tolist()), arguments.env_seeds(seed, ids), arguments.env_options(options, ids))
+        infos = self._call(call, ids)
+        self._finished[ids] = False
+        obs = take(self._backend.buffers.obs, None if ids is self._all_ids else ids)
+        if align == "batch":
+            return batch_results(obs, None, ids, infos, None, reset=True)
+        return item_results(obs, None, ids, infos, None, reset=True)
+
+    def step(self, actions: Any, id: Any = None, align: str = "item") -> Any:
+        """Step the envs of ``id`` with one action each; returns their results.
+
+        With ``align="item"``: ``(obs, reward, terminated, truncated, info)``
+        batched in the order of ``id``; with ``align="batch"``: a list of
+        per-env 5-tuples. Envs the policy has finished answer with None results.
+        """
+        ids = self._ids(id)
+        arguments.check_align(align)
+        self._send(actions, ids)
+        try:
+            self._wait(lambda: not (self._state[ids] == PENDING).any(), None)
+        finally:
+            if self._failures:
+                self._state[ids] = IDLE
+                self._none_result[ids] = False
+                self._raise_failure()
+        return self._take_results(ids, align, with_env_id=False)
+
+    def send(self, actions: Any, id: Any = None) -> None:
+        """Hand ``actions`` to the envs of ``id`` and return at once (see :meth:`recv`)."""
+        self._send(actions, self._ids(id))
+
+    def recv(self, wait_num: int | None = None, timeout: float | None = None, align: str = "item") -> Any:
+        """Results of the envs that have answered a :meth:`send`, at least ``wait_num`` of them.
+
+        Args:
+            wait_num: how many envs to wait for; None waits for every env sent to.
+            timeout: seconds to wait at most; then whatever is ready is returned,
+                possibly nothing. Results not returned are kept for a later recv.
+            align: as for :meth:`step`. ``info["env_id"]`` says which envs answered.
+        """
+        self._check_usable()
+        arguments.check_align(align)
+        outstanding = int((self._state != IDLE).sum())
+        if outstanding == 0:
+            raise NoPendingCallError("recv() with no call pending: send() actions first")
+        if wait_num is None:
+            wait_num = outstanding
+        if not isinstance(wait_num, int) or not 1 <= wait_num <= outstanding:
+            raise ValueError(f"wait_num={wait_num!r}; use an int from 1 to the {outstanding} envs pending")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._wait(lambda: (self._state == READY).sum() >= wait_num, deadline)
+        if self._failures:
+            self._raise_failure()
+        ready = np.flatnonzero(self._state == READY)
+        ready = ready[np.argsort(self._send_order[ready], kind="stable")]
+        return self._take_results(ready, align, with_env_id=True)
+
+    def get_env_attr(self, name: str, id: Any = None) -> list[Any]:
+        """The attribute ``name`` of each env of ``id`` (None where an env has none)."""
+        ids = self._ids(id)
+        values = self._call(GetAttr(tuple(ids.tolist()), _name(name)), ids)
+        return [values[i] for i in ids.tolist()]
+
+    def set_env_attr(self, name: str, value: Any, id: Any = None) -> None:
+        """Set the attribute ``name`` to ``value`` on every env of ``id``."""
+        ids = self._ids(id)
+        self._call(SetAttr(tuple(ids.tolist()), _name(name), value), ids)
+
+    def customized_method(self, name: str, data: Any = None, id: Any = None) -> list[Any]:
+        """Call the env method ``name`` on each env of ``id``; returns their return values.
+
+        Args:
+            data: None to call without arguments, or a list with one argument
+                per env of ``id``, passed as the method's single argument.
+        """
+        ids = self._ids(id)
+        per_env = (NO_ARGUMENT,) * len(ids) if data is None else arguments.per_env(data, ids, "data")
+        values = self._call(CallMethod(tuple(ids.tolist()), _name(name), per_env), ids)
+        return [values[i] for i in ids.tolist()]
+
+    def close(self) -> None:
+        """Stop every worker and free every resource; safe to call again."""
+        if self._closed:
+            return
+        self._closed = True
+        self._backend.close()
+
+    # ----------------------------------------------------------------- the machinery
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ClosedError("this ParallelEnv is closed")
+        if self._broken is not None:
+            broken = type(self._broken)(self._broken.env_indices, self._broken.reason)
+            raise broken from self._broken
+
+    def _ids(self, id: Any) -> np.ndarray:
+        self._check_usable()
+        return self._all_ids if id is None else arguments.env_ids(id, self.num_envs)
+
+    def _require_idle(self, ids: np.ndarray, doing: str) -> None:
+        busy = ids[self._state[ids] != IDLE]
+        if busy.size:
+            raise AlreadyPendingError(
+                f"{doing} envs {busy.tolist()} whose previous call has not been received: recv() first"
+            )
+
+    def _send(self, actions: Any, ids: np.ndarray) -> None:
+        self._require_idle(ids, "send to")
+        batch = check_batch(self.single_action_space, actions, len(ids))
+        order = self._next_order + np.arange(len(ids))
+        self._next_order += len(ids)
+        self._send_order[ids] = order
+        if self._policy.tracks_finished:
+            live = self._policy.live(self._finished, ids)
+            if not live.all():
+                self._state[ids[~live]] = READY
+                self._none_result[ids[~live]] = True
+                ids, batch = ids[live], take(batch, live)
+                if not ids.size:
+                    return
+        put(self._backend.buffers.actions, ids, batch)
+        self._dispatch(Step(tuple(ids.tolist())), ids)
+
+    def _dispatch(self, call: Call, ids: np.ndarray) -> None:
+        self._state[ids] = PENDING
+        self._sent_at[ids] = time.monotonic()
+        try:
+            self._backend.dispatch(call)
+        except WorkerDiedError as died:
+            self._broken = died
+            raise
+
+    def _call(self, call: Call, ids: np.ndarray) -> dict[int, Any]:
+        """Run a non-step call on ``ids`` to completion; returns each env's answer."""
+        self._require_idle(ids, f"call {type(call).__name__} on")
+        self._call_values = {}
+        self._dispatch(call, ids)
+        self._wait(lambda: not (self._state[ids] == PENDING).any(), None)
+        if self._failures:
+            self._raise_failure()
+        values, self._call_values = self._call_values, {}
+        return values
+
+    def _wait(self, satisfied: Callable[[], bool], deadline: float | None) -> None:
+        """Absorb replies until ``satisfied()``, the deadline, a failure, or no call left pending."""
+        while not satisfied() and not self._failures:
+            pending = self._state == PENDING
+            if not pending.any():
+                return
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return
+            hang_at = None if self.call_timeout is None else self._sent_at[pending].min() + self.call_timeout
+            until = min((t for t in (deadline, hang_at) if t is not None), default=None)
+            try:
+                replies = self._backend.collect(None if until is None else max(0.0, until - now))
+                if not replies and hang_at is not None and time.monotonic() >= hang_at:
+                    self._kill_hung(pending)
+            except WorkerDiedError as died:
+                self._broken = died
+                raise
+            for reply in replies:
+                self._absorb(reply)
+
+    def _kill_hung(self, pending: np.ndarray) -> None:
+        assert self.call_timeout is not None
+        overdue = np.flatnonzero(pending & (self._sent_at + self.call_timeout <= time.monotonic()))
+        lost = self._backend.kill(overdue.tolist()) or overdue.tolist()
+        raise WorkerTimeoutError(lost, f"envs {overdue.tolist()} did not answer within call_timeout={self.call_timeout} s; their worker was killed")
+
+    def _absorb(self, reply: Reply) -> None:
+        ids = np.fromiter(reply.env_ids, dtype=np.int64, count=len(reply.env_ids))
+        if isinstance(reply, Failure):
+            self._state[ids] = IDLE
+            self._failures.append(reply)
+        elif reply.call_type is Step:
+            self._state[ids] = READY
+            self._infos.update(reply.values)
+            if self._policy.tracks_finished:
+                buffers = self._backend.buffers
+                self._policy.after_step(self._finished, ids, buffers.terminated[ids] | buffers.truncated[ids])
+        else:
+            self._state[ids] = IDLE
+            values = reply.values
+            self._call_values.update(values if isinstance(values, dict) else zip(reply.env_ids, values))
+
+    def _raise_failure(self) -> None:
+        failure, self._failures = self._failures[0], []
+        failure.raise_error()
+
+    def _take_results(self, ids: np.ndarray, align: str, with_env_id: bool) -> Any:
+        """Read the results of READY ``ids`` out of the buffers; they become IDLE."""
+        buffers = self._backend.buffers
+        obs = take(buffers.obs, None if ids is self._all_ids else ids)
+        rewards = (buffers.reward[ids], buffers.terminated[ids], buffers.truncated[ids])
+        none_result = self._none_result[ids]
+        infos = self._infos
+        if infos:
+            infos = {i: infos.pop(i) for i in ids.tolist() if i in infos}
+        self._state[ids] = IDLE
+        self._none_result[ids] = False
+        env_ids = ids if with_env_id else None
+        if align == "batch":
+            return batch_results(obs, rewards, ids, infos, none_result, env_ids=env_ids)
+        return item_results(obs, rewards, ids, infos, none_result, env_ids=env_ids)
+
+
+def _name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"an attribute or method name must be a non-empty str, not {name!r}")
+    return name
