@@ -1,0 +1,152 @@
+"""Small envs with known behaviour for the test suite.
+
+They live in an importable module so that worker processes can unpickle
+factories that refer to them by reference.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class CountingEnv(gym.Env):
+    """Obs is [env_tag, step count, last action, seed draw]; episodes last ``episode_length`` steps.
+
+    ``terminate=True`` ends episodes by termination, else by truncation. The
+    obs carries a draw from the env's seeded RNG so that seeding is visible.
+    """
+
+    observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float64)
+    action_space = spaces.Discrete(5)
+
+    def __init__(self, tag: int = 0, episode_length: int = 3, terminate: bool = True) -> None:
+        self.tag = tag
+        self.episode_length = episode_length
+        self.terminate = terminate
+        self.count = 0
+        self.draw = 0.0
+        self.step_calls = 0
+        self.gravity = 9.8
+
+    def _obs(self, action: float) -> np.ndarray:
+        return np.array([self.tag, self.count, action, self.draw])
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.count = 0 if not options else options.get("start", 0)
+        self.draw = float(self.np_random.random())
+        return self._obs(-1), {"seed_draw": self.draw}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        assert self.action_space.contains(action), action
+        self.step_calls += 1
+        self.count += 1
+        done = self.count >= self.episode_length
+        info = {"count": self.count} if self.count % 2 == 0 else {}
+        return self._obs(float(action)), float(self.tag * 10 + self.count), done and self.terminate, done and not self.terminate, info
+
+    def double(self, x: float) -> float:
+        return 2 * x
+
+    def describe(self) -> str:
+        return f"env {self.tag}"
+
+
+class DictObsEnv(gym.Env):
+    """Dict and Tuple observations, a Box action, seeded random dynamics."""
+
+    observation_space = spaces.Dict(
+        {
+            "position": spaces.Box(-10, 10, (2,), np.float32),
+            "grid": spaces.MultiBinary((2, 3)),
+            "pair": spaces.Tuple((spaces.Discrete(4), spaces.Box(0, 1, (1,), np.float32))),
+        }
+    )
+    action_space = spaces.Box(-1, 1, (2,), np.float32)
+
+    def __init__(self, episode_length: int = 7) -> None:
+        self.episode_length = episode_length
+        self.t = 0
+        self.position = np.zeros(2, np.float32)
+
+    def _obs(self) -> dict[str, Any]:
+        return {
+            "position": self.position.copy(),
+            "grid": self.np_random.integers(0, 2, (2, 3)).astype(np.int8),
+            "pair": (int(self.np_random.integers(4)), self.np_random.random(1).astype(np.float32)),
+        }
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        self.position = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return self._obs(), {}
+
+    def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:
+        self.t += 1
+        self.position = np.clip(self.position + action, -10, 10).astype(np.float32)
+        reward = float(-np.abs(self.position).sum() + self.np_random.normal())
+        return self._obs(), reward, bool(self.t >= self.episode_length), False, {"t": self.t}
+
+
+class FaultyEnv(CountingEnv):
+    """Misbehaves at step ``at_step``: ``how`` is "raise", "hang", "exit" or "segfault"-like kill."""
+
+    def __init__(self, tag: int = 0, at_step: int = 2, how: str = "raise", episode_length: int = 100) -> None:
+        super().__init__(tag, episode_length)
+        self.at_step = at_step
+        self.how = how
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self.step_calls + 1 == self.at_step:
+            if self.how == "raise":
+                raise RuntimeError(f"env {self.tag} broke on purpose")
+            if self.how == "hang":
+                threading.Event().wait()  # forever; only a kill ends it
+            if self.how == "exit":
+                os._exit(3)
+            if self.how == "kill":
+                os.kill(os.getpid(), 9)
+        return super().step(action)
+
+
+class FailingResetEnv(CountingEnv):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        raise ValueError(f"env {self.tag} cannot reset")
+
+
+class DelayEnv(CountingEnv):
+    """Each step sleeps ``delay`` seconds: async tests use delays ~100x apart."""
+
+    def __init__(self, tag: int = 0, delay: float = 0.0, episode_length: int = 1000) -> None:
+        super().__init__(tag, episode_length)
+        self.delay = delay
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self.delay:
+            time.sleep(self.delay)  # the env's own cost, not a wait on the test's side
+        return super().step(action)
+
+
+class WarningEnv(CountingEnv):
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        import warnings
+
+        warnings.warn("a warning from inside the env", UserWarning, stacklevel=1)
+        return super().step(action)
+
+
+class OtherSpaceEnv(CountingEnv):
+    action_space = spaces.Discrete(3)
+
+
+def counting(tag: int = 0, episode_length: int = 3, terminate: bool = True) -> Any:
+    """A picklable factory of a CountingEnv."""
+    return lambda: CountingEnv(tag, episode_length, terminate)
