@@ -16,31 +16,29 @@ def env_ids(id: Any, num_envs: int) -> np.ndarray:
     """Turn ``id`` (None, an int, a sequence or an array of ints) into an int64 index array."""
     if id is None:
         return np.arange(num_envs)
-    if isinstance(id, (bool, np.bool_)):
-        raise TypeError(f"id must be an int or a sequence of ints, not {id!r}")
-    if isinstance(id, (int, np.integer)):
-        ids = np.array([int(id)])
-    elif isinstance(id, np.ndarray):
+    if isinstance(id, np.ndarray):
         if id.ndim != 1 or not (np.issubdtype(id.dtype, np.integer) or id.size == 0):
             raise TypeError(f"id must be a 1-D integer array, got shape {id.shape} of dtype {id.dtype}")
-        ids = id.astype(np.int64)
+        items = id.tolist()  # Python ints: no wrap-around of huge unsigned values
+    elif _is_int(id):
+        items = [int(id)]
     elif isinstance(id, Sequence) and not isinstance(id, (str, bytes)):
-        for position, item in enumerate(id):
-            if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+        items = list(id)
+        for position, item in enumerate(items):
+            if not _is_int(item):
                 raise TypeError(f"id[{position}] = {item!r} is not an int")
-        ids = np.array([int(item) for item in id], dtype=np.int64)
     else:
-        raise TypeError(f"id must be None, an int, or a sequence/array of ints, not {type(id).__name__}")
-    if ids.size == 0:
+        raise TypeError(f"id must be None, an int, or a sequence/array of ints, not {id!r}")
+    if not items:
         raise ValueError("id names no env")
-    outside = np.flatnonzero((ids < 0) | (ids >= num_envs))
-    if outside.size:
-        raise ValueError(f"id {int(ids[outside[0]])} is out of range for {num_envs} envs")
-    if ids.size > 1:
-        values, counts = np.unique(ids, return_counts=True)
-        if (counts > 1).any():
-            raise ValueError(f"id {int(values[counts > 1][0])} is given more than once")
-    return ids
+    seen: set[int] = set()
+    for item in items:
+        if not 0 <= item < num_envs:
+            raise ValueError(f"id {item} is out of range for {num_envs} envs")
+        if item in seen:
+            raise ValueError(f"id {item} is given more than once")
+        seen.add(item)
+    return np.array(items, dtype=np.int64)
 
 
 def env_seeds(seed: Any, ids: np.ndarray) -> tuple[int | None, ...]:

@@ -7,9 +7,12 @@ the calls. ``step`` is ``send`` followed by ``recv`` of the same envs.
 
 from __future__ import annotations
 
+import atexit
 import enum
 import functools
+import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours, to run after it)
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -110,6 +113,7 @@ class ParallelEnv:
         self.call_timeout = call_timeout
         self._backend: Backend = factory(list(envs), config, **backend_options)
         self._closed = False
+        _OPEN.add(self)
         self._broken: WorkerDiedError | None = None
         n = self.num_envs = self._backend.num_envs
         self.single_observation_space = self._backend.single_observation_space
@@ -220,13 +224,12 @@ class ParallelEnv:
         ids = self._ids(id)
         arguments.check_align(align)
         self._send(actions, ids)
-        try:
-            self._wait(lambda: not (self._state[ids] == PENDING).any(), None)
-        finally:
-            if self._failures:
-                self._state[ids] = IDLE
-                self._none_result[ids] = False
-                self._raise_failure()
+        self._wait(lambda: not (self._state[ids] == PENDING).any(), None, drain=True)
+        if self._failures:
+            # Every env of this step has answered; the results that did arrive go with the error.
+            self._state[ids] = IDLE
+            self._none_result[ids] = False
+            self._raise_failure()
         return self._take_results(ids, align, with_env_id=False)
 
     def send(self, actions: Any, id: Any = None) -> None:
@@ -252,7 +255,7 @@ class ParallelEnv:
         if not isinstance(wait_num, int) or not 1 <= wait_num <= outstanding:
             raise ValueError(f"wait_num={wait_num!r}; use an int from 1 to the {outstanding} envs pending")
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._wait(lambda: (self._state == READY).sum() >= wait_num, deadline)
+        self._wait(lambda: (self._state == READY).sum() >= wait_num, deadline, drain=False)
         if self._failures:
             self._raise_failure()
         ready = np.flatnonzero(self._state == READY)
@@ -340,15 +343,22 @@ class ParallelEnv:
         self._require_idle(ids, f"call {type(call).__name__} on")
         self._call_values = {}
         self._dispatch(call, ids)
-        self._wait(lambda: not (self._state[ids] == PENDING).any(), None)
+        self._wait(lambda: not (self._state[ids] == PENDING).any(), None, drain=True)
+        values, self._call_values = self._call_values, {}
         if self._failures:
             self._raise_failure()
-        values, self._call_values = self._call_values, {}
         return values
 
-    def _wait(self, satisfied: Callable[[], bool], deadline: float | None) -> None:
-        """Absorb replies until ``satisfied()``, the deadline, a failure, or no call left pending."""
-        while not satisfied() and not self._failures:
+    def _wait(self, satisfied: Callable[[], bool], deadline: float | None, drain: bool) -> None:
+        """Absorb replies until ``satisfied()``, the deadline, or no call left pending.
+
+        Without ``drain`` a failure also ends the wait (recv raises it at once;
+        the replies still in flight stay pending for the next recv). With it,
+        the wait goes on until ``satisfied()``, so that a call that raises
+        leaves none of its own replies in flight to be mistaken later for
+        the answer to another call.
+        """
+        while not satisfied() and (drain or not self._failures):
             pending = self._state == PENDING
             if not pending.any():
                 return
@@ -408,6 +418,20 @@ class ParallelEnv:
         if align == "batch":
             return batch_results(obs, rewards, ids, infos, none_result, env_ids=env_ids)
         return item_results(obs, rewards, ids, infos, none_result, env_ids=env_ids)
+
+
+# ParallelEnvs not closed when the interpreter exits: close them while their
+# backends can still shut down cleanly (workers joined, shared memory unlinked).
+_OPEN: weakref.WeakSet[ParallelEnv] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_envs() -> None:
+    for penv in list(_OPEN):
+        try:
+            penv.close()
+        except Exception:
+            pass
 
 
 def _name(name: Any) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from parallelenv.backends.base import BackendConfig, unknown_options
 from parallelenv.backends.buffers import Buffers
-from parallelenv.backends.env_host import EnvGroup, EnvSource, make_envs, silenced
+from parallelenv.backends.env_host import EnvGroup, EnvSource, common_spaces, make_envs, silenced
 from parallelenv.batching import zeros
 from parallelenv.calls import Call, Failure, Reply
 
@@ -24,7 +24,7 @@ class DummyBackend:
             envs.raise_error()
         self._group = EnvGroup(envs, first_id=0, restart=config.restart)
         try:
-            obs_space, action_space = self._group.spaces()
+            obs_space, action_space = common_spaces(self._group.spaces())
             self.buffers = Buffers.allocate(obs_space, action_space, len(envs), zeros)
         except Exception:
             self._group.close()

@@ -50,6 +50,21 @@ def make_envs(sources: Sequence[EnvSource], first_id: int) -> list[gym.Env] | Fa
     return envs
 
 
+SpacePair = tuple[gym.Space, gym.Space]
+
+
+def common_spaces(per_env: Sequence[SpacePair]) -> SpacePair:
+    """The spaces every env shares; a ValueError names the first env that differs from env 0."""
+    first = per_env[0]
+    for env_id, pair in enumerate(per_env):
+        for kind, mine, reference in zip(("observation_space", "action_space"), pair, first, strict=True):
+            if mine != reference:
+                raise ValueError(
+                    f"env {env_id} has {kind} {mine}, but env 0 has {reference}; all envs must share their spaces"
+                )
+    return first
+
+
 @contextlib.contextmanager
 def silenced(no_warning: bool) -> Iterator[None]:
     """Ignore the warnings raised inside envs when ``no_warning`` is set."""
@@ -86,6 +101,8 @@ class EnvGroup:
         self.envs = envs
         self.first_id = first_id
         self.restart = restart
+        self._all_ids = tuple(range(first_id, first_id + len(envs)))
+        self._all_rows = slice(first_id, first_id + len(envs))
         self._handlers: dict[type, Callable[[Any], Reply]] = {
             Reset: self._reset,
             Step: self._step,
@@ -94,17 +111,9 @@ class EnvGroup:
             CallMethod: self._call_method,
         }
 
-    def spaces(self) -> tuple[gym.Space, gym.Space]:
-        """The group's observation and action spaces; every env must have the same."""
-        first = self.envs[0]
-        for offset, env in enumerate(self.envs[1:], start=1):
-            for kind in ("observation_space", "action_space"):
-                if getattr(env, kind) != getattr(first, kind):
-                    raise ValueError(
-                        f"env {self.first_id + offset} has {kind} {getattr(env, kind)}, "
-                        f"but env {self.first_id} has {getattr(first, kind)}; all envs must share their spaces"
-                    )
-        return first.observation_space, first.action_space
+    def spaces(self) -> list[SpacePair]:
+        """Each env's observation and action space."""
+        return [(env.observation_space, env.action_space) for env in self.envs]
 
     def attach(self, buffers: Buffers) -> None:
         self.buffers = buffers
@@ -159,7 +168,7 @@ class EnvGroup:
     def _store(self, call: Step, observations: list, rewards: list, terminations: list, truncations: list) -> None:
         """Write a step's results into the buffers: one numpy assignment per array, not per env."""
         ids = call.env_ids
-        rows: slice | list[int] = slice(ids[0], ids[-1] + 1) if ids[-1] - ids[0] + 1 == len(ids) else list(ids)
+        rows: slice | list[int] = self._all_rows if ids == self._all_ids else list(ids)
         buffers = self.buffers
         buffers.reward[rows] = rewards
         buffers.terminated[rows] = terminations

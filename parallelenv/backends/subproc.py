@@ -25,7 +25,7 @@ import cloudpickle
 import numpy as np
 
 from parallelenv.backends.base import BackendConfig
-from parallelenv.backends.env_host import EnvSource
+from parallelenv.backends.env_host import EnvSource, common_spaces
 from parallelenv.backends.shm import SharedBuffers
 from parallelenv.backends.worker import CLOSE, Attach, Ready, worker_main
 from parallelenv.calls import Call, Failure, Reply, split_call
@@ -170,15 +170,8 @@ class SubprocBackend:
     def _handshake(self, timeout: float | None) -> None:
         """Learn the spaces from the workers, then give them the shared buffers."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        spaces = [self._await(w, deadline, "build its envs") for w in self._workers]
-        obs_space, action_space = spaces[0].observation_space, spaces[0].action_space
-        for worker, ready in zip(self._workers, spaces, strict=True):
-            for kind, first in (("observation_space", obs_space), ("action_space", action_space)):
-                if getattr(ready, kind) != first:
-                    raise ValueError(
-                        f"env {worker.env_ids[0]} has {kind} {getattr(ready, kind)}, but env 0 has {first}; "
-                        "all envs must share their spaces"
-                    )
+        per_env = [pair for w in self._workers for pair in self._await(w, deadline, "build its envs").spaces]
+        obs_space, action_space = common_spaces(per_env)
         self.single_observation_space, self.single_action_space = obs_space, action_space
         self._shared = SharedBuffers.create(obs_space, action_space, self.num_envs)
         self.buffers = self._shared.buffers

@@ -26,8 +26,7 @@ from parallelenv.calls import Failure
 
 @dataclass(frozen=True)
 class Ready:
-    observation_space: spaces.Space
-    action_space: spaces.Space
+    spaces: list[tuple[spaces.Space, spaces.Space]]  # per env of the group
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ def worker_main(conn: Connection, payloads: list[bytes], first_id: int, restart:
             return
         shared = SharedBuffers.attach(attach.segment_name, attach.observation_space, attach.action_space, attach.num_envs)
         group.attach(shared.buffers)
-        conn.send(Ready(attach.observation_space, attach.action_space))
+        conn.send(Ready([]))
         _serve(conn, group)
     except (EOFError, OSError):
         pass  # the parent is gone: nobody is left to answer
@@ -88,8 +87,8 @@ def _start(conn: Connection, payloads: list[bytes], first_id: int, restart: bool
         return None
     group = EnvGroup(envs, first_id, restart)
     try:
-        conn.send(Ready(*group.spaces()))
-    except Exception as exc:  # mismatched or unpicklable spaces
+        conn.send(Ready(group.spaces()))
+    except Exception as exc:  # unpicklable spaces
         group.close()
         conn.send(Failure.from_exception(None, first_id, "make", exc))
         return None

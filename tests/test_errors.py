@@ -1,0 +1,552 @@
+"""How failures reach the caller: env exceptions, dead and hung workers, bad arguments.
+
+The contract (DESIGN.md, "Errors"): an env's exception becomes an ``EnvError``
+naming the env, the method, the original type and message and the remote
+traceback; a dead worker becomes a ``WorkerDiedError`` naming the envs it
+hosted, within bounded time; the ParallelEnv stays closable and leaks nothing.
+Bad arguments are refused with a message naming the culprit before anything
+is sent to an env. Tests assert on the exceptions' fields, never on log text.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import psutil
+import pytest
+from envs import CountingEnv, DelayEnv, DictObsEnv, FailingResetEnv, FaultyEnv, OtherSpaceEnv, WarningEnv, counting
+
+import parallelenv
+from parallelenv import EnvError, ParallelEnv, ParallelEnvError, WorkerDiedError, WorkerTimeoutError
+from parallelenv.errors import RemoteTraceback
+
+SUBPROC_ONLY = pytest.mark.parametrize("backend", ["subproc"])
+
+# ---------------------------------------------------------------- test envs
+# At module level so that worker processes can unpickle them by reference.
+
+
+class MethodEnv(CountingEnv):
+    """A CountingEnv with methods and attributes that misbehave on demand."""
+
+    def __init__(self, tag: int = 0, delay: float = 0.0) -> None:
+        super().__init__(tag, episode_length=100)
+        self.delay = delay
+        self.bumps = 0
+
+    def divide(self, x: float) -> float:
+        if self.delay:
+            time.sleep(self.delay)  # the env's own cost, so that its worker answers late
+        return 1 / x
+
+    def bump(self, by: int) -> int:
+        self.bumps += by
+        return self.bumps
+
+    def hang(self) -> None:
+        threading.Event().wait()  # forever; only a kill ends it
+
+    @property
+    def broken(self) -> int:
+        raise RuntimeError(f"env {self.tag} cannot compute 'broken'")
+
+
+class LockedEnv(CountingEnv):
+    """Holds a lock, so it cannot be pickled to a worker process."""
+
+    def __init__(self, tag: int = 0, lock: Any = None) -> None:
+        super().__init__(tag, episode_length=100)
+        self.lock = lock if lock is not None else threading.Lock()
+
+
+def broken_factory() -> gym.Env:
+    raise OSError("no display to build this env on")
+
+
+def method_env(tag: int, delay: float = 0.0) -> Callable[[], MethodEnv]:
+    return lambda: MethodEnv(tag, delay)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def worker_process(penv: ParallelEnv, env_index: int) -> tuple[psutil.Process, list[int]]:
+    """The process hosting ``env_index`` and every env it hosts (subproc internals)."""
+    worker = next(w for w in penv._backend._workers if env_index in w.env_ids)
+    process = psutil.Process(worker.process.pid)
+    assert process in psutil.Process().children(recursive=True)
+    return process, list(worker.env_ids)
+
+
+def wait_gone(process: psutil.Process, timeout: float = 10.0) -> None:
+    """Poll until ``process`` is dead; never reap it, that is multiprocessing's job."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process {process.pid} still runs {timeout} s after it was killed")
+
+
+def assert_every_call_raises(penv: ParallelEnv, error: type[Exception], env_indices: list[int]) -> None:
+    """Every call but close() raises ``error`` naming the lost envs again."""
+    n = len(penv)
+    calls: dict[str, Callable[[], Any]] = {
+        "step": lambda: penv.step([0] * n),
+        "step(id)": lambda: penv.step([0], id=[0]),
+        "reset": lambda: penv.reset(seed=0),
+        "get_env_attr": lambda: penv.get_env_attr("tag"),
+        "set_env_attr": lambda: penv.set_env_attr("gravity", 1.0),
+        "customized_method": lambda: penv.customized_method("describe"),
+        "send": lambda: penv.send([0] * n),
+        "recv": lambda: penv.recv(),
+    }
+    for name, call in calls.items():
+        with pytest.raises(error) as caught:
+            call()
+        assert type(caught.value) is error, name
+        assert caught.value.env_indices == env_indices, name
+
+
+# ---------------------------------------------------------------- exceptions inside envs
+
+
+def test_env_raising_in_step_gives_env_error_with_its_fields(make_penv):
+    penv = make_penv([counting(0, 100), counting(1, 100), lambda: FaultyEnv(2, at_step=2), counting(3, 100)])
+    penv.reset(seed=0)
+    penv.step([0, 1, 2, 3])
+    with pytest.raises(EnvError) as caught:
+        penv.step([0, 1, 2, 3])
+    error = caught.value
+    assert isinstance(error, ParallelEnvError)
+    assert error.env_index == 2
+    assert error.method == "step"
+    assert error.exc_type == "RuntimeError"
+    assert error.message == "env 2 broke on purpose"
+    assert 'raise RuntimeError(f"env {self.tag} broke on purpose")' in error.remote_traceback
+    assert "envs.py" in error.remote_traceback and "in step" in error.remote_traceback
+    assert isinstance(error.__cause__, RemoteTraceback)
+    assert error.__cause__.traceback_text == error.remote_traceback
+    assert "env 2" in str(error) and "RuntimeError" in str(error) and "step" in str(error)
+
+
+def test_env_error_in_step_leaves_the_penv_usable(make_penv):
+    # Env 0's worker answers well after env 2's failure: its reply must not be
+    # mistaken for the answer to a later call.
+    penv = make_penv(
+        [lambda: DelayEnv(0, delay=0.2), counting(1, 100), lambda: FaultyEnv(2, at_step=2), counting(3, 100)]
+    )
+    penv.reset(seed=0)
+    penv.step([1, 1, 1, 1])
+    with pytest.raises(EnvError) as caught:
+        penv.step([1, 1, 1, 1])
+    assert caught.value.env_index == 2
+    penv.set_env_attr("at_step", -1, id=[2])  # disarm the faulty env
+    obs, info = penv.reset(seed=1)
+    np.testing.assert_array_equal(obs[:, 0], [0, 1, 2, 3])
+    np.testing.assert_array_equal(obs[:, 1], [0, 0, 0, 0])
+    obs, reward, terminated, truncated, info = penv.step([4, 3, 2, 1])
+    np.testing.assert_array_equal(obs[:, 1], [1, 1, 1, 1])
+    np.testing.assert_array_equal(obs[:, 2], [4, 3, 2, 1])
+    np.testing.assert_array_equal(reward, [1, 11, 21, 31])
+    obs, *_ = penv.step([0, 0, 0, 0])
+    np.testing.assert_array_equal(obs[:, 1], [2, 2, 2, 2])
+
+
+def test_env_raising_in_reset_gives_env_error_for_reset(make_penv):
+    penv = make_penv([counting(0), lambda: FailingResetEnv(1), counting(2)])
+    with pytest.raises(EnvError) as caught:
+        penv.reset(seed=0)
+    error = caught.value
+    assert (error.env_index, error.method, error.exc_type) == (1, "reset", "ValueError")
+    assert error.message == "env 1 cannot reset"
+    assert "cannot reset" in error.remote_traceback and "in reset" in error.remote_traceback
+    assert isinstance(error.__cause__, RemoteTraceback)
+
+
+def test_env_raising_in_the_reset_of_a_restart_names_reset(make_penv):
+    penv = make_penv([counting(0, 1), lambda: FailingResetEnv(1, episode_length=1)], asynchronous="restart")
+    with pytest.raises(EnvError) as caught:
+        penv.step([0, 0])  # both episodes end; env 1 fails to start the next one
+    assert (caught.value.env_index, caught.value.method, caught.value.exc_type) == (1, "reset", "ValueError")
+
+
+def test_factory_raising_gives_env_error_for_make(make_penv):
+    with pytest.raises(EnvError) as caught:
+        make_penv([counting(0), broken_factory, counting(2)])
+    error = caught.value
+    assert (error.env_index, error.method, error.exc_type) == (1, "make", "OSError")
+    assert error.message == "no display to build this env on"
+    assert "broken_factory" in error.remote_traceback
+    assert isinstance(error.__cause__, RemoteTraceback)
+    # make_penv's teardown checks that no worker or shared memory outlived the failure
+
+
+def test_factory_returning_a_non_env_gives_env_error_for_make(make_penv):
+    with pytest.raises(EnvError) as caught:
+        make_penv([counting(0), counting(1), lambda: "not an env"])
+    assert (caught.value.env_index, caught.value.method, caught.value.exc_type) == (2, "make", "TypeError")
+    assert "env 2" in caught.value.message
+
+
+# ---------------------------------------------------------------- attributes and methods
+
+
+def test_customized_method_raising_gives_env_error(make_penv):
+    penv = make_penv([method_env(i) for i in range(4)])
+    with pytest.raises(EnvError) as caught:
+        penv.customized_method("divide", data=[1, 2, 0, 4])
+    error = caught.value
+    assert (error.env_index, error.method, error.exc_type) == (2, "divide", "ZeroDivisionError")
+    assert error.message == "division by zero"
+    assert "return 1 / x" in error.remote_traceback
+
+
+def test_penv_is_usable_after_a_customized_method_error(make_penv):
+    # Env 1 fails at once; the other worker's envs answer 0.3 s later.
+    penv = make_penv([method_env(0), method_env(1), method_env(2, 0.15), method_env(3, 0.15)])
+    with pytest.raises(EnvError) as caught:
+        penv.customized_method("divide", data=[1, 0, 1, 1])
+    assert caught.value.env_index == 1
+    assert penv.get_env_attr("tag") == [0, 1, 2, 3]
+    assert penv.customized_method("divide", data=[1, 2, 4, 8]) == [1, 0.5, 0.25, 0.125]
+    penv.reset(seed=0)
+    obs, *_ = penv.step([1, 1, 1, 1])
+    np.testing.assert_array_equal(obs[:, 1], [1, 1, 1, 1])
+
+
+def test_unknown_method_names_the_env_and_attribute_error(make_penv):
+    penv = make_penv([method_env(i) for i in range(4)])
+    with pytest.raises(EnvError) as caught:
+        penv.customized_method("no_such_method", id=[3, 1])
+    error = caught.value
+    assert error.env_index in (1, 3)  # both fail; the contract does not say which is reported
+    assert (error.method, error.exc_type) == ("no_such_method", "AttributeError")
+    assert "no_such_method" in error.message
+
+
+def test_get_env_attr_of_a_missing_attribute_is_none_in_that_slot(make_penv):
+    penv = make_penv([method_env(i) for i in range(4)])
+    assert penv.get_env_attr("no_such_attribute") == [None] * 4
+    penv.set_env_attr("extra", 5, id=[2])
+    assert penv.get_env_attr("extra") == [None, None, 5, None]
+    assert penv.get_env_attr("extra", id=[2, 0]) == [5, None]
+
+
+def test_get_env_attr_raising_gives_env_error(make_penv):
+    penv = make_penv([method_env(i) for i in range(4)])
+    with pytest.raises(EnvError) as caught:
+        penv.get_env_attr("broken", id=[1, 3])
+    error = caught.value
+    assert error.env_index in (1, 3)  # both fail; the contract does not say which is reported
+    assert (error.method, error.exc_type) == ("broken", "RuntimeError")
+    assert error.message == f"env {error.env_index} cannot compute 'broken'"
+
+
+# ---------------------------------------------------------------- dead workers
+
+
+@SUBPROC_ONLY
+@pytest.mark.timeout(60)
+def test_worker_killed_during_a_step_raises_worker_died(make_penv):
+    penv = make_penv([counting(0, 100), counting(1, 100), lambda: DelayEnv(2, delay=30.0), counting(3, 100)])
+    penv.reset(seed=0)
+    process, hosted = worker_process(penv, 2)
+    assert hosted == [2, 3]
+    penv.send([0, 0, 0, 0])
+    process.kill()
+    with pytest.raises(WorkerDiedError) as caught:
+        penv.recv()
+    assert type(caught.value) is WorkerDiedError
+    assert caught.value.env_indices == [2, 3]
+    assert "SIGKILL" in caught.value.reason
+    assert_every_call_raises(penv, WorkerDiedError, [2, 3])
+    penv.close()
+    penv.close()
+
+
+@SUBPROC_ONLY
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("how", "reason"), [("exit", "3"), ("kill", "SIGKILL")])
+def test_env_ending_its_worker_during_step_raises_worker_died(make_penv, how, reason):
+    penv = make_penv([counting(0, 100), counting(1, 100), counting(2, 100), lambda: FaultyEnv(3, at_step=2, how=how)])
+    penv.reset(seed=0)
+    penv.step([0, 0, 0, 0])
+    process, hosted = worker_process(penv, 3)
+    with pytest.raises(WorkerDiedError) as caught:
+        penv.step([0, 0, 0, 0])
+    assert type(caught.value) is WorkerDiedError
+    assert caught.value.env_indices == hosted == [2, 3]
+    assert reason in caught.value.reason
+    wait_gone(process)
+    assert_every_call_raises(penv, WorkerDiedError, [2, 3])
+    penv.close()
+
+
+@SUBPROC_ONLY
+@pytest.mark.timeout(60)
+def test_worker_killed_while_idle_raises_worker_died_on_the_next_call(make_penv):
+    penv = make_penv([counting(i, 100) for i in range(5)])
+    penv.reset(seed=0)
+    penv.step([0] * 5)
+    process, hosted = worker_process(penv, 0)
+    assert hosted == [0, 1, 2]
+    process.kill()
+    wait_gone(process)
+    with pytest.raises(WorkerDiedError) as caught:
+        penv.step([0] * 5)
+    assert caught.value.env_indices == [0, 1, 2]
+    assert "SIGKILL" in caught.value.reason
+    assert_every_call_raises(penv, WorkerDiedError, [0, 1, 2])
+    penv.close()
+
+
+@SUBPROC_ONLY
+@pytest.mark.timeout(60)
+def test_worker_killed_while_idle_is_reported_by_a_call_on_other_envs_too(make_penv):
+    penv = make_penv([counting(i, 100) for i in range(4)])
+    penv.reset(seed=0)
+    process, _ = worker_process(penv, 3)
+    process.kill()
+    wait_gone(process)
+    # The call names only envs of the dead worker's group.
+    with pytest.raises(WorkerDiedError) as caught:
+        penv.get_env_attr("tag", id=[3])
+    assert caught.value.env_indices == [2, 3]
+    penv.close()
+
+
+@SUBPROC_ONLY
+@pytest.mark.timeout(30)
+def test_hanging_env_raises_worker_timeout(make_penv):
+    penv = make_penv(
+        [counting(0, 100), counting(1, 100), counting(2, 100), lambda: FaultyEnv(3, at_step=1, how="hang")],
+        call_timeout=2,
+    )
+    penv.reset(seed=0)
+    process, _ = worker_process(penv, 3)
+    with pytest.raises(WorkerTimeoutError) as caught:
+        penv.step([0, 0, 0, 0])
+    assert isinstance(caught.value, WorkerDiedError)
+    assert caught.value.env_indices == [2, 3]
+    wait_gone(process)  # the hung worker was killed
+    assert_every_call_raises(penv, WorkerTimeoutError, [2, 3])
+    penv.close()
+
+
+@SUBPROC_ONLY
+@pytest.mark.timeout(30)
+def test_hanging_customized_method_raises_worker_timeout(make_penv):
+    penv = make_penv([method_env(i) for i in range(4)], call_timeout=1)
+    with pytest.raises(WorkerTimeoutError) as caught:
+        penv.customized_method("hang", id=[1])
+    assert caught.value.env_indices == [0, 1]
+    penv.close()
+
+
+# ---------------------------------------------------------------- envs that cannot cross a process
+
+
+UNPICKLABLE = {
+    "instance": lambda: LockedEnv(2),
+    "closure": lambda: (lambda lock: lambda: LockedEnv(2, lock))(threading.Lock()),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNPICKLABLE))
+def test_unpicklable_env_is_refused_by_subproc_and_runs_in_dummy(make_penv, backend, kind):
+    envs = [CountingEnv(0), CountingEnv(1), UNPICKLABLE[kind](), CountingEnv(3)]
+    if backend == "dummy":
+        penv = make_penv(envs)
+        penv.reset(seed=0)
+        obs, *_ = penv.step([1, 1, 1, 1])
+        np.testing.assert_array_equal(obs[:, 0], [0, 1, 2, 3])
+        return
+    with pytest.raises(TypeError, match=r"\benv 2\b") as caught:
+        make_penv(envs)
+    assert "lock" in str(caught.value)
+    # make_penv's teardown checks that no worker was left behind
+
+
+# ---------------------------------------------------------------- bad arguments
+
+
+BAD_STEPS = {
+    "too few actions": ({"actions": [0, 1, 2]}, ValueError, r"actions.*\(3,\)"),
+    "too many actions": ({"actions": [0, 1, 2, 3, 4]}, ValueError, r"actions.*\(5,\)"),
+    "actions for one id": ({"actions": [0, 1], "id": [2]}, ValueError, r"actions.*\(2,\)"),
+    "2-D actions for Discrete": ({"actions": [[0], [1], [2], [3]]}, ValueError, r"actions.*\(4, 1\)"),
+    "float actions for Discrete": ({"actions": [0.0, 1.0, 2.0, 3.0]}, TypeError, r"actions.*float"),
+    "action above Discrete(5)": ({"actions": [0, 1, 5, 3]}, ValueError, r"actions\[2\] = 5"),
+    "negative action": ({"actions": [0, -1, 2, 3]}, ValueError, r"actions\[1\] = -1"),
+    "id out of range": ({"actions": [0, 1], "id": [0, 4]}, ValueError, r"\b4\b"),
+    "align": ({"actions": [0, 1, 2, 3], "align": "bogus"}, ValueError, "bogus"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_STEPS))
+def test_bad_step_arguments_are_refused_before_sending(make_penv, case):
+    kwargs, error, match = BAD_STEPS[case]
+    penv = make_penv([counting(i, 100) for i in range(4)])
+    penv.reset(seed=0)
+    penv.step([0, 0, 0, 0])
+    with pytest.raises(error, match=match):
+        penv.step(**kwargs)
+    if "align" not in kwargs:  # send() takes no align
+        with pytest.raises(error, match=match):
+            penv.send(**kwargs)
+    assert penv.get_env_attr("step_calls") == [1, 1, 1, 1]
+    obs, *_ = penv.step([1, 2, 3, 4])  # nothing was left half-sent
+    np.testing.assert_array_equal(obs[:, 2], [1, 2, 3, 4])
+    assert penv.get_env_attr("step_calls") == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("actions", "match"),
+    [
+        (np.zeros((2, 2), np.float32), r"actions.*\(2, 2\)"),
+        (np.zeros((3, 3), np.float32), r"actions.*\(3, 3\)"),
+        (np.zeros(3, np.float32), r"actions.*\(3,\)"),
+    ],
+    ids=["too few", "wrong shape", "flat"],
+)
+def test_bad_box_actions_are_refused_before_sending(make_penv, actions, match):
+    penv = make_penv([DictObsEnv for _ in range(3)])
+    penv.reset(seed=0)
+    with pytest.raises(ValueError, match=match):
+        penv.step(actions)
+    assert penv.get_env_attr("t") == [0, 0, 0]
+    penv.step(np.zeros((3, 2), np.float32))
+    assert penv.get_env_attr("t") == [1, 1, 1]
+
+
+BAD_RESETS = {
+    "seed list too short": ({"seed": [1, 2, 3]}, ValueError, r"seed.*3"),
+    "seed list too long": ({"seed": [1, 2, 3, 4, 5]}, ValueError, r"seed.*5"),
+    "seeds for id": ({"seed": [1, 2, 3], "id": [0, 1]}, ValueError, r"seed.*3"),
+    "negative seed": ({"seed": -1}, ValueError, r"seed.*-1"),
+    "negative seed in list": ({"seed": [0, -5, 1, 2]}, ValueError, r"seed\[1\].*-5"),
+    "float seed": ({"seed": 1.5}, TypeError, r"seed.*1\.5|seed.*float"),
+    "options not dicts": ({"options": [1, 2, 3, 4]}, TypeError, r"options\[0\]"),
+    "options too short": ({"options": [{}, {}]}, ValueError, r"options.*2"),
+    "align": ({"align": "bogus"}, ValueError, "bogus"),
+    "duplicated id": ({"id": [1, 1]}, ValueError, r"\b1\b"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_RESETS))
+def test_bad_reset_arguments_are_refused_before_sending(make_penv, case):
+    kwargs, error, match = BAD_RESETS[case]
+    penv = make_penv([counting(i, 100) for i in range(4)])
+    penv.reset(seed=0)
+    draws = penv.get_env_attr("draw")
+    penv.step([0, 0, 0, 0])
+    with pytest.raises(error, match=match):
+        penv.reset(**kwargs)
+    assert penv.get_env_attr("count") == [1, 1, 1, 1]  # no env was reset
+    assert penv.get_env_attr("draw") == draws
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"data": [1, 2]}, ValueError, r"data.*2"),
+        ({"data": [1, 2, 3], "id": [0, 1]}, ValueError, r"data.*3"),
+        ({"data": 5}, TypeError, r"data"),
+        ({"data": [1, 2], "id": [0, 0]}, ValueError, r"\b0\b"),
+    ],
+    ids=["too short", "too long for id", "not a list", "duplicated id"],
+)
+def test_bad_customized_method_arguments_are_refused_before_sending(make_penv, kwargs, error, match):
+    penv = make_penv([method_env(i) for i in range(4)])
+    with pytest.raises(error, match=match):
+        penv.customized_method("bump", **kwargs)
+    assert penv.get_env_attr("bumps") == [0, 0, 0, 0]
+    assert penv.customized_method("bump", data=[1, 2], id=[3, 0]) == [1, 2]
+    assert penv.get_env_attr("bumps") == [2, 0, 0, 1]
+
+
+@pytest.mark.parametrize("name", ["", None, 3])
+def test_bad_attribute_names_are_refused(make_penv, name):
+    penv = make_penv([counting(i) for i in range(2)])
+    for call in (
+        lambda: penv.get_env_attr(name),
+        lambda: penv.set_env_attr(name, 1),
+        lambda: penv.customized_method(name),
+    ):
+        with pytest.raises(TypeError, match="name"):
+            call()
+
+
+def test_unknown_para_mode_lists_the_valid_ones(no_leaks):
+    with pytest.raises(ValueError, match="bogus") as caught:
+        ParallelEnv([counting(0)], para_mode="bogus")
+    assert "'dummy'" in str(caught.value) and "'subproc'" in str(caught.value)
+
+
+@pytest.mark.parametrize("asynchronous", ["sometimes", "Restart", 1, ["idle"]])
+def test_unknown_asynchronous_policy_lists_the_valid_ones(no_leaks, backend, asynchronous):
+    with pytest.raises(ValueError) as caught:
+        ParallelEnv([counting(0)], para_mode=backend, asynchronous=asynchronous)
+    message = str(caught.value)
+    assert repr(asynchronous) in message
+    for valid in ("None", "'idle'", "'restart'", "'continue'"):
+        assert valid in message
+
+
+@pytest.mark.parametrize("envs", [[], (), "CartPole-v1", CountingEnv(0), None], ids=repr)
+def test_no_env_list_is_refused(no_leaks, backend, envs):
+    with pytest.raises((TypeError, ValueError), match="non-empty list"):
+        ParallelEnv(envs, para_mode=backend)
+
+
+@pytest.mark.parametrize(("num_envs", "other_at"), [(3, 2), (4, 1), (4, 2), (4, 3)])
+def test_mixed_action_spaces_name_the_env(make_penv, num_envs, other_at):
+    # With subproc's two workers, the odd env is alone in its worker for (3, 2),
+    # and shares a worker with an ordinary env otherwise.
+    envs = [counting(i) for i in range(num_envs)]
+    envs[other_at] = lambda: OtherSpaceEnv(other_at)
+    with pytest.raises(ValueError, match=rf"\benv {other_at}\b.*action_space"):
+        make_penv(envs)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("num_cpus", 0), ("num_cpus", "4"), ("call_timeout", 0), ("call_timeout", -1.0)]
+)
+def test_bad_numeric_options_are_refused(no_leaks, backend, option, value):
+    with pytest.raises(ValueError, match=option):
+        ParallelEnv([counting(0)], para_mode=backend, **{option: value})
+
+
+# ---------------------------------------------------------------- warnings from inside envs
+
+
+def test_env_warnings_are_silenced_by_default(make_penv):
+    penv = make_penv([lambda: WarningEnv(i) for i in range(2)])
+    penv.reset(seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        penv.step([0, 0])
+    assert not [w for w in caught if "inside the env" in str(w.message)]
+
+
+def test_env_warnings_reach_the_caller_with_no_warning_false_in_dummy(no_leaks):
+    with ParallelEnv([lambda: WarningEnv(i) for i in range(2)], para_mode="dummy", no_warning=False) as penv:
+        penv.reset(seed=0)
+        with pytest.warns(UserWarning, match="a warning from inside the env"):
+            penv.step([0, 0])
+
+
+def test_public_error_classes_form_one_hierarchy():
+    for name in ("EnvError", "WorkerDiedError", "WorkerTimeoutError", "ClosedError"):
+        assert issubclass(getattr(parallelenv, name), ParallelEnvError)
+    assert issubclass(WorkerTimeoutError, WorkerDiedError)

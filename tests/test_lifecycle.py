@@ -1,0 +1,400 @@
+"""Building, closing and tearing down a ParallelEnv: nothing may outlive close().
+
+The contract (DESIGN.md, "Errors"): ``close()`` always leaves no child process
+behind, also when called twice, from ``__del__``, or after Ctrl-C; calls after
+``close()`` raise ``ClosedError``. Scripts without the ``__main__`` guard work.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+from envs import CountingEnv, DelayEnv, DictObsEnv, counting
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+
+from parallelenv import ClosedError, ParallelEnv
+from parallelenv.backends.shm import NAME_PREFIX
+
+SUBPROC_ONLY = pytest.mark.parametrize("backend", ["subproc"])
+TESTS_DIR = Path(__file__).resolve().parent
+
+# Every env's close() call, for the in-process (dummy) backend to show it ran.
+CLOSED_TAGS: list[int] = []
+
+
+class ClosingEnv(CountingEnv):
+    def close(self) -> None:
+        CLOSED_TAGS.append(self.tag)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def segments() -> set[str]:
+    """This process's shared-memory segments."""
+    prefix = f"{NAME_PREFIX}{os.getpid()}_"
+    try:
+        return {name for name in os.listdir("/dev/shm") if name.startswith(prefix)}
+    except FileNotFoundError:
+        return set()
+
+
+def worker_processes(penv: ParallelEnv) -> list[psutil.Process]:
+    """The live worker processes of a subproc ParallelEnv (none for other backends)."""
+    workers = getattr(penv._backend, "_workers", [])
+    processes = [psutil.Process(w.process.pid) for w in workers]
+    children = psutil.Process().children(recursive=True)
+    assert all(p in children for p in processes)
+    return processes
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return alive(psutil.Process(pid))
+    except psutil.NoSuchProcess:
+        return False
+
+
+def assert_gone(processes: list[psutil.Process], timeout: float = 10.0) -> None:
+    """Poll until every process has exited; never reap them, that is multiprocessing's job."""
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not [p.pid for p in processes if alive(p)], "worker processes outlived close()"
+
+
+def scripted_run(penv: ParallelEnv) -> list[Any]:
+    """A fixed sequence of calls; its results must not depend on how envs are spread."""
+    n = len(penv)
+    results: list[Any] = list(penv.reset(seed=7))
+    for t in range(5):
+        results.extend(penv.step([(t + i) % 5 for i in range(n)]))
+    results.extend(penv.step([1] * (n - 1), id=list(range(n - 1, 0, -1)), align="batch"))
+    results.append(penv.get_env_attr("count"))
+    results.append(penv.customized_method("double", data=list(range(n))))
+    return results
+
+
+def assert_same(a: Any, b: Any) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert_same(a[key], b[key])
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same(x, y)
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    else:
+        assert a == b
+
+
+def run_script(path: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, timeout=timeout, cwd=path.parent, env=env
+    )
+
+
+# ---------------------------------------------------------------- close
+
+
+def test_close_twice_is_fine(make_penv):
+    penv = make_penv([counting(i) for i in range(3)])
+    penv.reset(seed=0)
+    penv.close()
+    penv.close()
+
+
+CALLS_AFTER_CLOSE: dict[str, Callable[[ParallelEnv], Any]] = {
+    "reset": lambda penv: penv.reset(seed=0),
+    "reset(id)": lambda penv: penv.reset(id=[1]),
+    "step": lambda penv: penv.step([0, 0, 0]),
+    "step(id)": lambda penv: penv.step([0], id=[2]),
+    "send": lambda penv: penv.send([0, 0, 0]),
+    "recv": lambda penv: penv.recv(),
+    "get_env_attr": lambda penv: penv.get_env_attr("tag"),
+    "set_env_attr": lambda penv: penv.set_env_attr("gravity", 1.0),
+    "customized_method": lambda penv: penv.customized_method("describe"),
+}
+
+
+@pytest.mark.parametrize("call", list(CALLS_AFTER_CLOSE))
+def test_every_call_after_close_raises_closed_error(make_penv, call):
+    penv = make_penv([counting(i) for i in range(3)])
+    penv.reset(seed=0)
+    penv.close()
+    with pytest.raises(ClosedError):
+        CALLS_AFTER_CLOSE[call](penv)
+
+
+def test_recv_after_close_with_a_step_in_flight_raises_closed_error(make_penv):
+    penv = make_penv([lambda i=i: DelayEnv(i, delay=0.2) for i in range(3)])
+    penv.reset(seed=0)
+    processes = worker_processes(penv)
+    penv.send([0, 0, 0])
+    penv.close()  # does not wait for the step's results
+    with pytest.raises(ClosedError):
+        penv.recv()
+    assert_gone(processes)
+
+
+def test_context_manager_closes(make_penv, backend):
+    before = segments()
+    with make_penv([counting(i) for i in range(3)]) as penv:
+        penv.reset(seed=0)
+        penv.step([0, 1, 2])
+        processes = worker_processes(penv)
+        assert len(processes) == (2 if backend == "subproc" else 0)
+    assert "closed" in repr(penv)
+    with pytest.raises(ClosedError):
+        penv.reset(seed=0)
+    assert_gone(processes)
+    assert segments() == before
+
+
+def test_context_manager_closes_on_an_exception(make_penv):
+    with pytest.raises(KeyError, match="raised in the with block"):
+        with make_penv([counting(i) for i in range(3)]) as penv:
+            processes = worker_processes(penv)
+            raise KeyError("raised in the with block")
+    with pytest.raises(ClosedError):
+        penv.step([0, 0, 0])
+    assert_gone(processes)
+
+
+def test_dropping_the_last_reference_closes(no_leaks, backend):
+    before = segments()
+    CLOSED_TAGS.clear()
+    penv = ParallelEnv([lambda i=i: ClosingEnv(i) for i in range(3)], para_mode=backend)
+    penv.reset(seed=0)
+    penv.step([0, 1, 2])
+    processes = worker_processes(penv)
+    del penv
+    gc.collect()
+    assert_gone(processes)
+    assert segments() == before
+    if backend == "dummy":
+        assert sorted(CLOSED_TAGS) == [0, 1, 2]
+
+
+@SUBPROC_ONLY
+@pytest.mark.parametrize("env", [CountingEnv, DictObsEnv], ids=["box", "dict"])
+def test_closed_subproc_penv_leaves_no_process_or_shared_memory(make_penv, env):
+    before = segments()
+    penv = make_penv([env for _ in range(3)])
+    created = segments() - before
+    assert len(created) == 1  # one segment per ParallelEnv
+    processes = worker_processes(penv)
+    assert len(processes) == 2 and all(alive(p) for p in processes)
+    penv.reset(seed=0)
+    penv.step(penv.action_space.sample())
+    penv.close()
+    assert_gone(processes)
+    assert segments() == before
+    assert not list(Path("/dev/shm").glob(f"{NAME_PREFIX}{os.getpid()}_*"))
+
+
+@pytest.mark.parametrize("env", [CountingEnv, DictObsEnv], ids=["box", "dict"])
+def test_len_spaces_and_repr_before_and_after_close(make_penv, backend, env):
+    penv = make_penv([env for _ in range(3)], asynchronous="idle")
+    single_obs, single_action = env.observation_space, env.action_space
+
+    def check() -> None:
+        assert len(penv) == 3
+        assert penv.single_observation_space == single_obs
+        assert penv.single_action_space == single_action
+        assert penv.observation_space == batch_space(single_obs, 3)
+        assert penv.action_space == batch_space(single_action, 3)
+
+    check()
+    if env is CountingEnv:
+        assert penv.action_space == spaces.MultiDiscrete([5, 5, 5])
+    obs, _ = penv.reset(seed=0)
+    assert penv.observation_space.contains(obs)
+    assert repr(penv) == f"ParallelEnv(3 envs, para_mode={backend!r}, asynchronous='idle')"
+    penv.close()
+    check()
+    assert repr(penv) == f"ParallelEnv(closed, para_mode={backend!r}, asynchronous='idle')"
+
+
+# ---------------------------------------------------------------- subproc options
+
+
+def five_envs() -> list[Callable[[], CountingEnv]]:
+    # Different episode lengths, so that envs restart at different steps.
+    return [counting(i, episode_length=2 + i % 3, terminate=i % 2 == 0) for i in range(5)]
+
+
+@SUBPROC_ONLY
+def test_num_workers_do_not_change_the_results(make_penv):
+    with ParallelEnv(five_envs(), para_mode="dummy") as reference:
+        expected = scripted_run(reference)
+    for num_workers in (1, 2, 5):
+        penv = make_penv(five_envs(), num_workers=num_workers)
+        assert len({p.pid for p in worker_processes(penv)}) == num_workers
+        assert_same(scripted_run(penv), expected)
+        penv.close()
+
+
+@SUBPROC_ONLY
+@pytest.mark.timeout(120)
+def test_spawn_start_method_works(make_penv):
+    envs = [counting(i, episode_length=2) for i in range(2)]
+    with ParallelEnv(envs, para_mode="dummy") as reference:
+        expected = scripted_run(reference)
+    penv = make_penv(envs, num_workers=1, start_method="spawn")
+    assert_same(scripted_run(penv), expected)
+
+
+@pytest.mark.parametrize("num_workers", [0, -1, 5, 2.0, "2"])
+def test_bad_num_workers_is_refused(no_leaks, num_workers):
+    with pytest.raises(ValueError, match="num_workers") as caught:
+        ParallelEnv([counting(i) for i in range(4)], para_mode="subproc", num_workers=num_workers)
+    assert repr(num_workers) in str(caught.value)
+
+
+def test_subproc_options_are_refused_by_dummy():
+    with pytest.raises(TypeError, match="num_workers"):
+        ParallelEnv([counting(0)], para_mode="dummy", num_workers=1)
+
+
+# ---------------------------------------------------------------- scripts run as programs
+
+UNGUARDED_SCRIPT = """
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from parallelenv import ParallelEnv
+
+
+class ScriptEnv(gym.Env):
+    observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float64)
+    action_space = spaces.Discrete(3)
+
+    def __init__(self, tag):
+        self.tag = tag
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.array([self.tag], np.float64), {{}}
+
+    def step(self, action):
+        return np.array([self.tag * 10 + action], np.float64), 1.0, False, False, {{}}
+
+
+print("BUILDING", flush=True)
+penv = ParallelEnv([lambda i=i: ScriptEnv(i) for i in range(3)], para_mode="subproc", num_workers=2{options})
+penv.reset(seed=0)
+obs, *_ = penv.step([1, 2, 0])
+print("RESULT", obs[:, 0].tolist(), flush=True)
+penv.close()
+"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("start_method", [None, "spawn"])
+def test_script_without_main_guard_runs(tmp_path, no_leaks, start_method):
+    options = "" if start_method is None else f", start_method={start_method!r}"
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED_SCRIPT.format(options=options))
+    done = run_script(script, timeout=150)
+    assert done.returncode == 0, done.stderr
+    # Workers that re-ran the script would have printed, or failed to bootstrap.
+    assert done.stdout.splitlines() == ["BUILDING", "RESULT [1.0, 12.0, 20.0]"], done.stderr
+    assert "Traceback" not in done.stderr and "leaked" not in done.stderr, done.stderr
+
+
+CTRL_C_SCRIPT = """
+from envs import DelayEnv
+from parallelenv import ParallelEnv
+
+if __name__ == "__main__":
+    penv = ParallelEnv([lambda i=i: DelayEnv(i, delay=0.3) for i in range(4)], para_mode="subproc", num_workers=2)
+    try:
+        penv.reset(seed=0)
+        print("WORKERS", *[w.process.pid for w in penv._backend._workers], flush=True)
+        while True:
+            penv.step([0, 0, 0, 0])
+            print("STEPPED", flush=True)
+    except KeyboardInterrupt:
+        print("INTERRUPTED", flush=True)
+    finally:
+        penv.close()
+        print("CLOSED", flush=True)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_ctrl_c_while_stepping_then_close_leaves_no_worker(tmp_path, no_leaks):
+    script = tmp_path / "ctrl_c.py"
+    script.write_text(CTRL_C_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))}
+    child = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+    )
+    try:
+        first = child.stdout.readline().split()
+        assert first and first[0] == "WORKERS", child.stderr.read() if child.poll() is not None else first
+        workers = [psutil.Process(int(pid)) for pid in first[1:]]
+        assert len(workers) == 2 and all(alive(w) for w in workers)
+        assert child.stdout.readline().strip() == "STEPPED"  # now inside the stepping loop
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    lines = out.split()
+    assert child.returncode == 0, err
+    assert lines[-2:] == ["INTERRUPTED", "CLOSED"], (out, err)
+    assert "Traceback" not in err and "leaked" not in err, err
+    assert_gone(workers)
+
+
+UNCLOSED_SCRIPT = """
+from envs import counting
+from parallelenv import ParallelEnv
+
+penv = ParallelEnv([counting(tag) for tag in range(4)], para_mode="subproc", num_workers=2)
+penv.reset(seed=0)
+print("WORKERS", *[w.process.pid for w in penv._backend._workers], flush=True)
+# The script ends without close(): the interpreter's exit must not leave the workers running.
+"""
+
+
+@pytest.mark.timeout(90)
+def test_script_exiting_without_close_leaves_no_worker(tmp_path, no_leaks):
+    script = tmp_path / "unclosed.py"
+    script.write_text(UNCLOSED_SCRIPT)
+    done = run_script(script, timeout=60)
+    assert done.returncode == 0, done.stderr
+    words = done.stdout.split()
+    assert words[0] == "WORKERS" and len(words) == 3, done.stdout
+    deadline = time.monotonic() + 10
+    left = [int(pid) for pid in words[1:]]
+    while left and time.monotonic() < deadline:
+        left = [pid for pid in left if pid_alive(pid)]
+        time.sleep(0.05)
+    assert not left, f"workers {left} outlived the script that started them"
