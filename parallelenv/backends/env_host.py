@@ -101,7 +101,7 @@ class EnvGroup:
         self.envs = envs
         self.first_id = first_id
         self.restart = restart
-        self._all_ids = tuple(range(first_id, first_id + len(envs)))
+        self.all_ids = tuple(range(first_id, first_id + len(envs)))
         self._all_rows = slice(first_id, first_id + len(envs))
         self._handlers: dict[type, Callable[[Any], Reply]] = {
             Reset: self._reset,
@@ -168,7 +168,7 @@ class EnvGroup:
     def _store(self, call: Step, observations: list, rewards: list, terminations: list, truncations: list) -> None:
         """Write a step's results into the buffers: one numpy assignment per array, not per env."""
         ids = call.env_ids
-        rows: slice | list[int] = self._all_rows if ids == self._all_ids else list(ids)
+        rows: slice | list[int] = self._all_rows if ids == self.all_ids else list(ids)
         buffers = self.buffers
         buffers.reward[rows] = rewards
         buffers.terminated[rows] = terminations

@@ -12,10 +12,15 @@ and learns at once when a worker dies.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing as mp
+import os
+import pickle
+import select
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -27,8 +32,9 @@ import numpy as np
 from parallelenv.backends.base import BackendConfig
 from parallelenv.backends.env_host import EnvSource, common_spaces
 from parallelenv.backends.shm import SharedBuffers
+from parallelenv.backends import wire
 from parallelenv.backends.worker import CLOSE, Attach, Ready, worker_main
-from parallelenv.calls import Call, Failure, Reply, split_call
+from parallelenv.calls import Call, Failure, Reply, Step, split_call
 from parallelenv.errors import WorkerDiedError
 
 CLOSE_GRACE_S = 5.0
@@ -71,6 +77,26 @@ def _main_module_not_rerun() -> Iterator[None]:
         main.__file__ = path
 
 
+@contextlib.contextmanager
+def _single_threaded_numerics() -> Iterator[None]:
+    """Start workers with one BLAS/OpenMP thread each, unless the user chose otherwise.
+
+    There is already one worker per core; a multi-threaded BLAS in each would
+    oversubscribe the cores and spin threads the envs need. This takes effect
+    when the worker (or the forkserver, the first time) starts its numpy.
+    """
+    added = [name for name in _THREAD_VARIABLES if name not in os.environ]
+    os.environ.update({name: "1" for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def pickle_sources(sources: Sequence[EnvSource]) -> list[bytes]:
     """cloudpickle each env or factory, naming the first that cannot be sent to a worker."""
     payloads = []
@@ -90,8 +116,13 @@ class _Worker:
     process: Any
     conn: Connection
     env_ids: list[int]
-    pending: int = 0  # messages sent and not yet answered
-    death: WorkerDiedError | None = field(default=None)
+    # The env ids of each call sent and not yet answered, oldest first: a
+    # worker answers in order, so the head is what the next reply is about.
+    sent: deque[tuple[int, ...]] = field(default_factory=deque)
+    death: WorkerDiedError | None = None
+
+    def __post_init__(self) -> None:
+        self.group_ids = tuple(self.env_ids)
 
     def died(self, reason: str | None = None) -> WorkerDiedError:
         if self.death is None:
@@ -148,9 +179,23 @@ class SubprocBackend:
             for group in groups:
                 self._workers.append(self._start_worker(ctx, payloads, group.tolist(), config))
             self._handshake(start_timeout)
+            self._watch()
         except BaseException:
             self.close()
             raise
+
+    def _watch(self) -> None:
+        """Set up the structures of the hot path once: a poll set and the whole-group split."""
+        # One poll object for the backend's life: `connection.wait` would build
+        # and fill a selector on every call.
+        self._poll = select.poll()
+        self._by_fd: dict[int, tuple[_Worker, bool]] = {}
+        for worker in self._workers:
+            for fd, is_sentinel in ((worker.conn.fileno(), False), (worker.process.sentinel, True)):
+                self._poll.register(fd, select.POLLIN)
+                self._by_fd[fd] = (worker, is_sentinel)
+        self._all_ids = tuple(range(self.num_envs))
+        self._group_steps: list[tuple[_Worker, Call]] = [(w, Step(w.group_ids)) for w in self._workers]
 
     @staticmethod
     def _start_worker(ctx: Any, payloads: list[bytes], env_ids: list[int], config: BackendConfig) -> _Worker:
@@ -162,7 +207,7 @@ class SubprocBackend:
             name=f"parallelenv-worker-{env_ids[0]}-{env_ids[-1]}",
             daemon=True,
         )
-        with _main_module_not_rerun():
+        with _main_module_not_rerun(), _single_threaded_numerics():
             process.start()
         child_conn.close()
         return _Worker(process, parent_conn, env_ids)
@@ -175,9 +220,9 @@ class SubprocBackend:
         self.single_observation_space, self.single_action_space = obs_space, action_space
         self._shared = SharedBuffers.create(obs_space, action_space, self.num_envs)
         self.buffers = self._shared.buffers
-        attach = Attach(self._shared.name, obs_space, action_space, self.num_envs)
+        attach = wire.encode(Attach(self._shared.name, obs_space, action_space, self.num_envs))
         for worker in self._workers:
-            worker.conn.send(attach)
+            worker.conn.send_bytes(attach)
         for worker in self._workers:
             self._await(worker, deadline, "attach to shared memory")
 
@@ -187,7 +232,7 @@ class SubprocBackend:
         if not ready:
             raise worker.died(f"it did not {doing} within the start timeout")
         try:
-            message = worker.conn.recv()
+            message = pickle.loads(worker.conn.recv_bytes())
         except (EOFError, OSError):
             raise worker.died() from None
         if isinstance(message, Failure):
@@ -195,53 +240,55 @@ class SubprocBackend:
         return message
 
     def dispatch(self, call: Call) -> None:
-        for position, worker_call in self._route(call):
-            worker = self._workers[position]
+        for worker, worker_call in self._route(call):
             if worker.death is not None:
                 raise worker.death
             try:
-                worker.conn.send(worker_call)
+                worker.conn.send_bytes(wire.encode_call(worker_call, worker.group_ids))
             except (BrokenPipeError, ConnectionResetError, EOFError):
-                raise worker.died() from None
-            worker.pending += 1
+                raise self._lost(worker) from None
+            worker.sent.append(worker_call.env_ids)
 
-    def _route(self, call: Call) -> list[tuple[int, Call]]:
+    def _route(self, call: Call) -> list[tuple[_Worker, Call]]:
+        if call.env_ids == self._all_ids:
+            if type(call) is Step:
+                return self._group_steps
+            return [(worker, split_call(call, worker.env_ids)) for worker in self._workers]
         owners = self._owner[list(call.env_ids)]
-        if owners[0] == owners[-1] and (owners == owners[0]).all():
-            return [(int(owners[0]), call)]
         return [
-            (int(position), split_call(call, np.flatnonzero(owners == position).tolist()))
+            (self._workers[int(position)], split_call(call, np.flatnonzero(owners == position).tolist()))
             for position in np.unique(owners)
         ]
 
     def collect(self, timeout: float | None) -> list[Reply]:
-        by_conn: dict[Any, _Worker] = {w.conn: w for w in self._workers if w.pending}
-        if not by_conn:
+        if not any(worker.sent for worker in self._workers):
             return []
-        by_sentinel: dict[Any, _Worker] = {w.process.sentinel: w for w in by_conn.values()}
-        ready = wait([*by_conn, *by_sentinel], timeout)
+        events = self._poll.poll(None if timeout is None else math.ceil(timeout * 1000))
         replies = []
-        for obj in ready:
-            worker = by_conn.get(obj)
-            if worker is None:
-                continue
+        for fd, _ in events:
+            worker, is_sentinel = self._by_fd[fd]
+            if is_sentinel:
+                raise self._lost(worker)
             try:
-                replies.append(worker.conn.recv())
+                data = worker.conn.recv_bytes()
             except (EOFError, OSError):
-                raise worker.died() from None
-            worker.pending -= 1
-        for obj in ready:
-            worker = by_sentinel.get(obj)
-            if worker is not None and worker.conn not in ready:
-                raise worker.died()
+                raise self._lost(worker) from None
+            replies.append(wire.decode_reply(data, worker.sent.popleft()))
         return replies
+
+    def _lost(self, worker: _Worker, reason: str | None = None) -> WorkerDiedError:
+        """Record a worker's death and stop watching its pipe and sentinel."""
+        if worker.death is None:
+            for fd in (worker.conn.fileno(), worker.process.sentinel):
+                self._poll.unregister(fd)
+        return worker.died(reason)
 
     def kill(self, env_ids: Sequence[int]) -> list[int]:
         lost: list[int] = []
         for position in np.unique(self._owner[list(env_ids)]):
             worker = self._workers[int(position)]
             worker.process.kill()
-            worker.died("it did not answer within call_timeout and was killed")
+            self._lost(worker, "it did not answer within call_timeout and was killed")
             lost.extend(worker.env_ids)
         return lost
 
@@ -252,7 +299,7 @@ class SubprocBackend:
         for worker in self._workers:
             if worker.death is None:
                 try:
-                    worker.conn.send(CLOSE)
+                    worker.conn.send_bytes(wire.encode(CLOSE))
                 except (OSError, EOFError):
                     pass
         deadline = time.monotonic() + CLOSE_GRACE_S

@@ -9,19 +9,20 @@ a new worker starts with numpy and gymnasium already imported.
 
 from __future__ import annotations
 
+import gc
 import pickle
 import signal
 import warnings
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
 
 import cloudpickle
 from gymnasium import spaces
 
+from parallelenv.backends import wire
 from parallelenv.backends.env_host import EnvGroup, make_envs
 from parallelenv.backends.shm import SharedBuffers
-from parallelenv.calls import Failure
+from parallelenv.calls import Failure, Step
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,14 @@ def worker_main(conn: Connection, payloads: list[bytes], first_id: int, restart:
         return
     shared = None
     try:
-        attach = conn.recv()
+        attach = pickle.loads(conn.recv_bytes())
         if isinstance(attach, Close):
             return
         shared = SharedBuffers.attach(attach.segment_name, attach.observation_space, attach.action_space, attach.num_envs)
         group.attach(shared.buffers)
-        conn.send(Ready([]))
+        # The envs and imports live as long as the process: keep the collector from re-scanning them.
+        gc.freeze()
+        conn.send_bytes(wire.encode(Ready([])))
         _serve(conn, group)
     except (EOFError, OSError):
         pass  # the parent is gone: nobody is left to answer
@@ -79,36 +82,27 @@ def _start(conn: Connection, payloads: list[bytes], first_id: int, restart: bool
         try:
             sources.append(cloudpickle.loads(payload))
         except Exception as exc:
-            conn.send(Failure.from_exception(None, first_id + offset, "unpickle", exc))
+            conn.send_bytes(wire.encode(Failure.from_exception(None, first_id + offset, "unpickle", exc)))
             return None
     envs = make_envs(sources, first_id)
     if isinstance(envs, Failure):
-        conn.send(envs)
+        conn.send_bytes(wire.encode(envs))
         return None
     group = EnvGroup(envs, first_id, restart)
     try:
-        conn.send(Ready(group.spaces()))
+        conn.send_bytes(wire.encode(Ready(group.spaces())))
     except Exception as exc:  # unpicklable spaces
         group.close()
-        conn.send(Failure.from_exception(None, first_id, "make", exc))
+        conn.send_bytes(wire.encode(Failure.from_exception(None, first_id, "make", exc)))
         return None
     return group
 
 
 def _serve(conn: Connection, group: EnvGroup) -> None:
-    recv, send, run = conn.recv, conn.send, group.run
+    recv, send, run = conn.recv_bytes, conn.send_bytes, group.run
+    group_step = Step(group.all_ids)
     while True:
-        call = recv()
+        call = wire.decode_call(recv(), group_step)
         if isinstance(call, Close):
             return
-        reply = run(call)
-        try:
-            send(reply)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            send(_unpicklable_reply(call, exc))
-
-
-def _unpicklable_reply(call: Any, exc: Exception) -> Failure:
-    failure = Failure.from_exception(call, call.env_ids[0], type(call).__name__.lower(), exc)
-    message = f"its result cannot be sent back from the worker process: {failure.message}"
-    return Failure(failure.call_type, failure.env_ids, failure.env_index, failure.method, failure.exc_type, message, failure.traceback)
+        send(wire.encode_reply(run(call), call))
