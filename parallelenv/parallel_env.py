@@ -121,6 +121,7 @@ class ParallelEnv:
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)
         self._all_ids = np.arange(n)
+        self._all_ids_tuple = tuple(range(n))
         self._state = np.zeros(n, dtype=np.int8)
         self._sent_at = np.zeros(n)
         self._send_order = np.zeros(n, dtype=np.int64)
@@ -130,6 +131,8 @@ class ParallelEnv:
         self._infos: dict[int, dict[str, Any]] = {}  # non-empty infos of READY envs
         self._call_values: dict[int, Any] = {}  # answers to the synchronous call under way
         self._failures: list[Failure] = []
+        self._num_pending = 0  # envs in state PENDING, kept so the hot path need not count
+        self._num_ready = 0  # envs in state READY
 
     @classmethod
     def make(
@@ -224,11 +227,13 @@ class ParallelEnv:
         ids = self._ids(id)
         arguments.check_align(align)
         self._send(actions, ids)
-        self._wait(lambda: not (self._state[ids] == PENDING).any(), None, drain=True)
+        self._wait(self._answered(ids), None, drain=True)
         if self._failures:
             # Every env of this step has answered; the results that did arrive go with the error.
-            self._state[ids] = IDLE
-            self._none_result[ids] = False
+            rows = self._rows(ids)
+            self._num_ready -= int((self._state[rows] == READY).sum())
+            self._state[rows] = IDLE
+            self._none_result[rows] = False
             self._raise_failure()
         return self._take_results(ids, align, with_env_id=False)
 
@@ -247,7 +252,7 @@ class ParallelEnv:
         """
         self._check_usable()
         arguments.check_align(align)
-        outstanding = int((self._state != IDLE).sum())
+        outstanding = self._num_pending + self._num_ready
         if outstanding == 0:
             raise NoPendingCallError("recv() with no call pending: send() actions first")
         if wait_num is None:
@@ -255,7 +260,7 @@ class ParallelEnv:
         if not isinstance(wait_num, int) or not 1 <= wait_num <= outstanding:
             raise ValueError(f"wait_num={wait_num!r}; use an int from 1 to the {outstanding} envs pending")
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._wait(lambda: (self._state == READY).sum() >= wait_num, deadline, drain=False)
+        self._wait(lambda: self._num_ready >= wait_num, deadline, drain=False)
         if self._failures:
             self._raise_failure()
         ready = np.flatnonzero(self._state == READY)
@@ -305,7 +310,19 @@ class ParallelEnv:
         self._check_usable()
         return self._all_ids if id is None else arguments.env_ids(id, self.num_envs)
 
+    def _rows(self, ids: np.ndarray) -> slice | np.ndarray:
+        """Index every per-env array with a slice when ``ids`` is all envs in order: cheaper."""
+        return slice(None) if ids is self._all_ids else ids
+
+    def _answered(self, ids: np.ndarray) -> Callable[[], bool]:
+        """The condition "no env of ``ids`` is still pending"."""
+        if ids is self._all_ids:
+            return lambda: self._num_pending == 0
+        return lambda: not (self._state[ids] == PENDING).any()
+
     def _require_idle(self, ids: np.ndarray, doing: str) -> None:
+        if self._num_pending == 0 and self._num_ready == 0:
+            return
         busy = ids[self._state[ids] != IDLE]
         if busy.size:
             raise AlreadyPendingError(
@@ -315,23 +332,25 @@ class ParallelEnv:
     def _send(self, actions: Any, ids: np.ndarray) -> None:
         self._require_idle(ids, "send to")
         batch = check_batch(self.single_action_space, actions, len(ids))
-        order = self._next_order + np.arange(len(ids))
+        self._send_order[self._rows(ids)] = self._next_order + self._all_ids[: len(ids)]
         self._next_order += len(ids)
-        self._send_order[ids] = order
         if self._policy.tracks_finished:
             live = self._policy.live(self._finished, ids)
             if not live.all():
                 self._state[ids[~live]] = READY
                 self._none_result[ids[~live]] = True
+                self._num_ready += int((~live).sum())
                 ids, batch = ids[live], take(batch, live)
                 if not ids.size:
                     return
-        put(self._backend.buffers.actions, ids, batch)
+        put(self._backend.buffers.actions, self._rows(ids), batch)
         self._dispatch(Step(tuple(ids.tolist())), ids)
 
     def _dispatch(self, call: Call, ids: np.ndarray) -> None:
-        self._state[ids] = PENDING
-        self._sent_at[ids] = time.monotonic()
+        rows = self._rows(ids)
+        self._state[rows] = PENDING
+        self._sent_at[rows] = time.monotonic()
+        self._num_pending += len(ids)
         try:
             self._backend.dispatch(call)
         except WorkerDiedError as died:
@@ -343,7 +362,7 @@ class ParallelEnv:
         self._require_idle(ids, f"call {type(call).__name__} on")
         self._call_values = {}
         self._dispatch(call, ids)
-        self._wait(lambda: not (self._state[ids] == PENDING).any(), None, drain=True)
+        self._wait(self._answered(ids), None, drain=True)
         values, self._call_values = self._call_values, {}
         if self._failures:
             self._raise_failure()
@@ -359,23 +378,31 @@ class ParallelEnv:
         the answer to another call.
         """
         while not satisfied() and (drain or not self._failures):
-            pending = self._state == PENDING
-            if not pending.any():
+            if self._num_pending == 0:
                 return
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                return
-            hang_at = None if self.call_timeout is None else self._sent_at[pending].min() + self.call_timeout
-            until = min((t for t in (deadline, hang_at) if t is not None), default=None)
             try:
-                replies = self._backend.collect(None if until is None else max(0.0, until - now))
-                if not replies and hang_at is not None and time.monotonic() >= hang_at:
-                    self._kill_hung(pending)
+                # Take what has arrived before working out how long to block.
+                replies = self._backend.collect(0.0) or self._block_for_replies(deadline)
             except WorkerDiedError as died:
                 self._broken = died
                 raise
+            if replies is None:  # the caller's deadline passed
+                return
             for reply in replies:
                 self._absorb(reply)
+
+    def _block_for_replies(self, deadline: float | None) -> list[Reply] | None:
+        """Wait for replies up to ``deadline``; kill whatever has hung past ``call_timeout``."""
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            return None
+        pending = self._state == PENDING
+        hang_at = None if self.call_timeout is None else self._sent_at[pending].min() + self.call_timeout
+        until = min((t for t in (deadline, hang_at) if t is not None), default=None)
+        replies = self._backend.collect(None if until is None else max(0.0, until - now))
+        if not replies and hang_at is not None and time.monotonic() >= hang_at:
+            self._kill_hung(pending)
+        return replies
 
     def _kill_hung(self, pending: np.ndarray) -> None:
         assert self.call_timeout is not None
@@ -384,20 +411,24 @@ class ParallelEnv:
         raise WorkerTimeoutError(lost, f"envs {overdue.tolist()} did not answer within call_timeout={self.call_timeout} s; their worker was killed")
 
     def _absorb(self, reply: Reply) -> None:
-        ids = np.fromiter(reply.env_ids, dtype=np.int64, count=len(reply.env_ids))
+        env_ids = reply.env_ids
+        ids = slice(None) if env_ids == self._all_ids_tuple else np.array(env_ids, dtype=np.int64)
+        self._num_pending -= len(env_ids)
         if isinstance(reply, Failure):
             self._state[ids] = IDLE
             self._failures.append(reply)
         elif reply.call_type is Step:
             self._state[ids] = READY
+            self._num_ready += len(env_ids)
             self._infos.update(reply.values)
             if self._policy.tracks_finished:
                 buffers = self._backend.buffers
+                ids = self._all_ids if isinstance(ids, slice) else ids
                 self._policy.after_step(self._finished, ids, buffers.terminated[ids] | buffers.truncated[ids])
         else:
             self._state[ids] = IDLE
             values = reply.values
-            self._call_values.update(values if isinstance(values, dict) else zip(reply.env_ids, values))
+            self._call_values.update(values if isinstance(values, dict) else zip(env_ids, values))
 
     def _raise_failure(self) -> None:
         failure, self._failures = self._failures[0], []
@@ -406,14 +437,16 @@ class ParallelEnv:
     def _take_results(self, ids: np.ndarray, align: str, with_env_id: bool) -> Any:
         """Read the results of READY ``ids`` out of the buffers; they become IDLE."""
         buffers = self._backend.buffers
+        rows = self._rows(ids)
         obs = take(buffers.obs, None if ids is self._all_ids else ids)
-        rewards = (buffers.reward[ids], buffers.terminated[ids], buffers.truncated[ids])
-        none_result = self._none_result[ids]
+        rewards = (buffers.reward[rows].copy(), buffers.terminated[rows].copy(), buffers.truncated[rows].copy())
+        none_result = self._none_result[rows].copy()
         infos = self._infos
         if infos:
             infos = {i: infos.pop(i) for i in ids.tolist() if i in infos}
-        self._state[ids] = IDLE
-        self._none_result[ids] = False
+        self._state[rows] = IDLE
+        self._num_ready -= len(ids)
+        self._none_result[rows] = False
         env_ids = ids if with_env_id else None
         if align == "batch":
             return batch_results(obs, rewards, ids, infos, none_result, env_ids=env_ids)

@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from parallelenv.backends.buffers import Buffers
-from parallelenv.batching import row_reader, row_writer
+from parallelenv.batching import row_writer, rows_reader
 from parallelenv.calls import (
     NO_ARGUMENT,
     Call,
@@ -94,6 +94,15 @@ def _close_quietly(env: gym.Env) -> None:
         pass
 
 
+def _restarted(env: gym.Env, result: tuple) -> tuple:
+    """The step result of an env that finished, reset in the same step ("restart")."""
+    obs, reward, terminated, truncated, info = result
+    # The env may reuse its obs array for the next episode: keep our own copy.
+    info = {**info, "ended_state": copy.deepcopy(obs), "reset": True}
+    new_obs, _ = env.reset()
+    return new_obs, reward, terminated, truncated, info
+
+
 class EnvGroup:
     """A contiguous block of envs, ``first_id`` onwards, answering calls."""
 
@@ -117,7 +126,7 @@ class EnvGroup:
 
     def attach(self, buffers: Buffers) -> None:
         self.buffers = buffers
-        self._read_action = row_reader(buffers.actions, copy=True)
+        self._read_actions = rows_reader(buffers.actions)
         self._write_obs = row_writer(buffers.obs)
 
     def run(self, call: Call) -> Reply:
@@ -142,33 +151,36 @@ class EnvGroup:
         return Done(Reset, call.env_ids, infos)
 
     def _step(self, call: Step) -> Reply:
-        infos = {}
-        observations, rewards, terminations, truncations = [], [], [], []
-        read_action, restart, envs, first = self._read_action, self.restart, self.envs, self.first_id
-        for env_id in call.env_ids:
-            method = "step"
-            try:
-                obs, rew, term, trunc, info = envs[env_id - first].step(read_action(env_id))
-                if restart and (term or trunc):
-                    method = "reset"
-                    # The env may reuse its obs array for the next episode: keep our own copy.
-                    info = {**info, "ended_state": copy.deepcopy(obs), "reset": True}
-                    obs, _ = envs[env_id - first].reset()
-            except Exception as exc:
-                return Failure.from_exception(call, env_id, method, exc)
-            observations.append(obs)
-            rewards.append(rew)
-            terminations.append(term)
-            truncations.append(trunc)
-            if info:
-                infos[env_id] = info
-        self._store(call, observations, rewards, terminations, truncations)
-        return Done(Step, call.env_ids, infos)
-
-    def _store(self, call: Step, observations: list, rewards: list, terminations: list, truncations: list) -> None:
-        """Write a step's results into the buffers: one numpy assignment per array, not per env."""
         ids = call.env_ids
         rows: slice | list[int] = self._all_rows if ids == self.all_ids else list(ids)
+        envs = self.envs if ids == self.all_ids else [self.envs[i - self.first_id] for i in ids]
+        results = []
+        restart = self.restart
+        for env_id, env, action in zip(ids, envs, self._read_actions(rows), strict=True):
+            try:
+                result = env.step(action)
+            except Exception as exc:
+                return Failure.from_exception(call, env_id, "step", exc)
+            if restart and (result[2] or result[3]):
+                try:
+                    result = _restarted(env, result)
+                except Exception as exc:
+                    return Failure.from_exception(call, env_id, "reset", exc)
+            results.append(result)
+        observations, rewards, terminations, truncations, infos = zip(*results, strict=True)
+        self._store(ids, rows, observations, rewards, terminations, truncations)
+        return Done(Step, ids, {env_id: info for env_id, info in zip(ids, infos, strict=True) if info})
+
+    def _store(
+        self,
+        ids: tuple[int, ...],
+        rows: slice | list[int],
+        observations: Sequence,
+        rewards: Sequence,
+        terminations: Sequence,
+        truncations: Sequence,
+    ) -> None:
+        """Write a step's results into the buffers: one numpy assignment per array, not per env."""
         buffers = self.buffers
         buffers.reward[rows] = rewards
         buffers.terminated[rows] = terminations
