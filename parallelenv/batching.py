@@ -102,23 +102,6 @@ def row_writer(batched: Batched) -> Callable[[int, Any], None]:
     return write_tuple
 
 
-def row_reader(batched: Batched, copy: bool = False) -> Callable[[int], Any]:
-    """A function ``read(row)`` returning one env's value from ``batched``.
-
-    With ``copy`` the value owns its memory: an env may keep the action it was
-    given, and the row is overwritten by the next action.
-    """
-    if isinstance(batched, np.ndarray):
-        if copy and batched.ndim > 1:
-            return lambda row: batched[row].copy()
-        return batched.__getitem__
-    if isinstance(batched, dict):
-        readers = {key: row_reader(sub, copy) for key, sub in batched.items()}
-        return lambda row: {key: read(row) for key, read in readers.items()}
-    tuple_readers = [row_reader(sub, copy) for sub in batched]
-    return lambda row: tuple(read(row) for read in tuple_readers)
-
-
 def rows_reader(batched: Batched) -> Callable[[Any], list[Any]]:
     """A function ``read(rows)`` returning a list with each row's value, each its own copy.
 
