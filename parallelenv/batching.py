@@ -37,7 +37,7 @@ def allocate(space: spaces.Space, n: int, alloc: Allocator) -> Batched:
 @allocate.register(spaces.MultiBinary)
 @allocate.register(spaces.MultiDiscrete)
 def _(space: spaces.Space, n: int, alloc: Allocator) -> Batched:
-    return alloc((n, *space.shape), np.dtype(space.dtype))
+    return alloc((n, *_shape(space)), np.dtype(space.dtype))
 
 
 @allocate.register(spaces.Discrete)
@@ -53,6 +53,12 @@ def _(space: spaces.Dict, n: int, alloc: Allocator) -> Batched:
 @allocate.register(spaces.Tuple)
 def _(space: spaces.Tuple, n: int, alloc: Allocator) -> Batched:
     return tuple(allocate(sub, n, alloc) for sub in space.spaces)
+
+
+def _shape(space: spaces.Space) -> tuple[int, ...]:
+    # Space.shape is Optional in general; the fixed-shape spaces handled here always set it.
+    assert space.shape is not None, space
+    return space.shape
 
 
 def zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -133,7 +139,7 @@ def take(batched: Batched, rows: np.ndarray | None) -> Batched:
     return tuple(take(sub, rows) for sub in batched)
 
 
-def put(batched: Batched, rows: np.ndarray, values: Batched) -> None:
+def put(batched: Batched, rows: np.ndarray | slice, values: Batched) -> None:
     """Write batched ``values`` into ``rows`` of ``batched``."""
     if isinstance(batched, np.ndarray):
         batched[rows] = values
@@ -179,11 +185,11 @@ def _check_array(space: spaces.Space, values: Any, n: int, what: str) -> np.ndar
     try:
         array = np.asarray(values)
     except ValueError as exc:  # ragged nested lists
-        raise ValueError(f"{what} cannot form an array of shape {(n, *space.shape)}: {exc}") from None
-    expected = (n, *space.shape)
+        raise ValueError(f"{what} cannot form an array of shape {(n, *_shape(space))}: {exc}") from None
+    expected = (n, *_shape(space))
     if array.shape != expected:
         raise ValueError(f"{what} has shape {array.shape}; expected {expected} ({n} envs of {space})")
-    if not np.can_cast(array.dtype, space.dtype, casting="same_kind"):
+    if not np.can_cast(array.dtype, np.dtype(space.dtype), casting="same_kind"):
         raise TypeError(f"{what} of dtype {array.dtype} cannot be cast safely to {space.dtype} of {space}")
     return array
 

@@ -27,6 +27,7 @@ def _empty_like(value: Any, n: int) -> np.ndarray:
 def add_info(vector: dict[str, Any], info: dict[str, Any], position: int, n: int) -> dict[str, Any]:
     """Merge one env's ``info`` into ``vector`` at ``position``; returns ``vector``."""
     for key, value in info.items():
+        array: Any
         if isinstance(value, dict):
             array = add_info(vector.get(key, {}), value, position, n)
         else:

@@ -13,7 +13,7 @@ import numpy as np
 from parallelenv.batching import Batched, unbatch, zero_positions
 from parallelenv.infos import vector_info
 
-NONE_RESULT = (None, None, True, False, {})
+NONE_RESULT: tuple[Any, ...] = (None, None, True, False, {})
 
 StepArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # reward, terminated, truncated
 

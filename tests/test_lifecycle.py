@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+from conftest import our_segments
 from envs import CountingEnv, DelayEnv, DictObsEnv, counting
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
@@ -41,14 +42,7 @@ class ClosingEnv(CountingEnv):
 
 # ---------------------------------------------------------------- helpers
 
-
-def segments() -> set[str]:
-    """This process's shared-memory segments."""
-    prefix = f"{NAME_PREFIX}{os.getpid()}_"
-    try:
-        return {name for name in os.listdir("/dev/shm") if name.startswith(prefix)}
-    except FileNotFoundError:
-        return set()
+segments = our_segments
 
 
 def worker_processes(penv: ParallelEnv) -> list[psutil.Process]:

@@ -61,6 +61,7 @@ def worker_main(conn: Connection, payloads: list[bytes], first_id: int, restart:
         if isinstance(attach, Close):
             return
         shared = SharedBuffers.attach(attach.segment_name, attach.observation_space, attach.action_space, attach.num_envs)
+        assert shared.buffers is not None
         group.attach(shared.buffers)
         # The envs and imports live as long as the process: keep the collector from re-scanning them.
         gc.freeze()
