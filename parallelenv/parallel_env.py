@@ -1,19 +1,18 @@
 """ParallelEnv: validate the user's call, route it to a backend, assemble the results.
 
-No IPC happens here. The front object keeps, per env, where its call stands
-(:class:`EnvState`) and which envs the policy has finished; the backend runs
-the calls. ``step`` is ``send`` followed by ``recv`` of the same envs.
+No IPC happens here: the backend runs the calls, and
+:class:`~parallelenv.inflight.InFlight` keeps where each env's call stands.
+``step`` is ``send`` followed by ``recv`` of the same envs.
 """
 
 from __future__ import annotations
 
 import atexit
-import enum
 import functools
 import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours, to run after it)
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -24,29 +23,13 @@ from parallelenv import arguments
 from parallelenv.backends import BackendConfig, resolve_backend
 from parallelenv.backends.base import Backend, available_cpus
 from parallelenv.batching import check_batch, put, take
-from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, Done, Failure, GetAttr, Reply, Reset, SetAttr, Step
-from parallelenv.errors import (
-    AlreadyPendingError,
-    ClosedError,
-    NoPendingCallError,
-    WorkerDiedError,
-    WorkerTimeoutError,
-)
+from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, GetAttr, Reset, SetAttr, Step
+from parallelenv.errors import ClosedError, NoPendingCallError
+from parallelenv.inflight import InFlight
 from parallelenv.policies import resolve_policy
 from parallelenv.results import batch_results, item_results
 
 DEFAULT_CALL_TIMEOUT_S = 600.0
-
-
-class EnvState(enum.IntEnum):
-    IDLE = 0  # nothing outstanding
-    PENDING = 1  # a call was sent, no answer yet
-    READY = 2  # a step's result arrived and waits for recv
-
-
-# Plain ints for the hot path: comparing an int8 array with an IntEnum member
-# goes through enum's attribute machinery on every call.
-IDLE, PENDING, READY = int(EnvState.IDLE), int(EnvState.PENDING), int(EnvState.READY)
 
 
 class ParallelEnv:
@@ -114,25 +97,12 @@ class ParallelEnv:
         self._backend: Backend = factory(list(envs), config, **backend_options)
         self._closed = False
         _OPEN.add(self)
-        self._broken: WorkerDiedError | None = None
         n = self.num_envs = self._backend.num_envs
         self.single_observation_space = self._backend.single_observation_space
         self.single_action_space = self._backend.single_action_space
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)
-        self._all_ids = np.arange(n)
-        self._all_ids_tuple = tuple(range(n))
-        self._state = np.zeros(n, dtype=np.int8)
-        self._sent_at = np.zeros(n)
-        self._send_order = np.zeros(n, dtype=np.int64)
-        self._next_order = 0
-        self._finished = np.zeros(n, dtype=bool)
-        self._none_result = np.zeros(n, dtype=bool)  # READY with a None result, not stepped
-        self._infos: dict[int, dict[str, Any]] = {}  # non-empty infos of READY envs
-        self._call_values: dict[int, Any] = {}  # answers to the synchronous call under way
-        self._failures: list[Failure] = []
-        self._num_pending = 0  # envs in state PENDING, kept so the hot path need not count
-        self._num_ready = 0  # envs in state READY
+        self._calls = InFlight(self._backend, self._policy, call_timeout)
 
     @classmethod
     def make(
@@ -211,8 +181,8 @@ class ParallelEnv:
         arguments.check_align(align)
         call = Reset(tuple(ids.tolist()), arguments.env_seeds(seed, ids), arguments.env_options(options, ids))
         infos = self._call(call, ids)
-        self._finished[ids] = False
-        obs = take(self._backend.buffers.obs, None if ids is self._all_ids else ids)
+        self._calls.finished[ids] = False
+        obs = take(self._backend.buffers.obs, None if ids is self._calls.all_ids else ids)
         if align == "batch":
             return batch_results(obs, None, ids, infos, None, reset=True)
         return item_results(obs, None, ids, infos, None, reset=True)
@@ -227,14 +197,11 @@ class ParallelEnv:
         ids = self._ids(id)
         arguments.check_align(align)
         self._send(actions, ids)
-        self._wait(self._answered(ids), None, drain=True)
-        if self._failures:
-            # Every env of this step has answered; the results that did arrive go with the error.
-            rows = self._rows(ids)
-            self._num_ready -= int((self._state[rows] == READY).sum())
-            self._state[rows] = IDLE
-            self._none_result[rows] = False
-            self._raise_failure()
+        calls = self._calls
+        calls.wait(calls.answered(ids), None, drain=True)
+        if calls.failures:
+            calls.receive(ids)  # every env of this step has answered; the results go with the error
+            calls.raise_failure()
         return self._take_results(ids, align, with_env_id=False)
 
     def send(self, actions: Any, id: Any = None) -> None:
@@ -252,7 +219,8 @@ class ParallelEnv:
         """
         self._check_usable()
         arguments.check_align(align)
-        outstanding = self._num_pending + self._num_ready
+        calls = self._calls
+        outstanding = calls.num_pending + calls.num_ready
         if outstanding == 0:
             raise NoPendingCallError("recv() with no call pending: send() actions first")
         if wait_num is None:
@@ -260,12 +228,10 @@ class ParallelEnv:
         if not isinstance(wait_num, int) or not 1 <= wait_num <= outstanding:
             raise ValueError(f"wait_num={wait_num!r}; use an int from 1 to the {outstanding} envs pending")
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._wait(lambda: self._num_ready >= wait_num, deadline, drain=False)
-        if self._failures:
-            self._raise_failure()
-        ready = np.flatnonzero(self._state == READY)
-        ready = ready[np.argsort(self._send_order[ready], kind="stable")]
-        return self._take_results(ready, align, with_env_id=True)
+        calls.wait(lambda: calls.num_ready >= wait_num, deadline, drain=False)
+        if calls.failures:
+            calls.raise_failure()
+        return self._take_results(calls.ready_in_send_order(), align, with_env_id=True)
 
     def get_env_attr(self, name: str, id: Any = None) -> list[Any]:
         """The attribute ``name`` of each env of ``id`` (None where an env has none)."""
@@ -297,160 +263,57 @@ class ParallelEnv:
         self._closed = True
         self._backend.close()
 
-    # ----------------------------------------------------------------- the machinery
+    # ----------------------------------------------------------------- helpers
 
     def _check_usable(self) -> None:
         if self._closed:
             raise ClosedError("this ParallelEnv is closed")
-        if self._broken is not None:
-            broken = type(self._broken)(self._broken.env_indices, self._broken.reason)
-            raise broken from self._broken
+        broken = self._calls.broken
+        if broken is not None:
+            raise type(broken)(broken.env_indices, broken.reason) from broken
 
     def _ids(self, id: Any) -> np.ndarray:
         self._check_usable()
-        return self._all_ids if id is None else arguments.env_ids(id, self.num_envs)
-
-    def _rows(self, ids: np.ndarray) -> slice | np.ndarray:
-        """Index every per-env array with a slice when ``ids`` is all envs in order: cheaper."""
-        return slice(None) if ids is self._all_ids else ids
-
-    def _answered(self, ids: np.ndarray) -> Callable[[], bool]:
-        """The condition "no env of ``ids`` is still pending"."""
-        if ids is self._all_ids:
-            return lambda: self._num_pending == 0
-        return lambda: not (self._state[ids] == PENDING).any()
-
-    def _require_idle(self, ids: np.ndarray, doing: str) -> None:
-        if self._num_pending == 0 and self._num_ready == 0:
-            return
-        busy = ids[self._state[ids] != IDLE]
-        if busy.size:
-            raise AlreadyPendingError(
-                f"{doing} envs {busy.tolist()} whose previous call has not been received: recv() first"
-            )
+        return self._calls.all_ids if id is None else arguments.env_ids(id, self.num_envs)
 
     def _send(self, actions: Any, ids: np.ndarray) -> None:
-        self._require_idle(ids, "send to")
+        calls = self._calls
+        calls.require_idle(ids, "send to")
         batch = check_batch(self.single_action_space, actions, len(ids))
-        self._send_order[self._rows(ids)] = self._next_order + self._all_ids[: len(ids)]
-        self._next_order += len(ids)
+        calls.number_sends(ids)
         if self._policy.tracks_finished:
-            live = self._policy.live(self._finished, ids)
+            live = self._policy.live(calls.finished, ids)
             if not live.all():
-                self._state[ids[~live]] = READY
-                self._none_result[ids[~live]] = True
-                self._num_ready += int((~live).sum())
+                calls.set_none_results(ids[~live])
                 ids, batch = ids[live], take(batch, live)
                 if not ids.size:
                     return
-        put(self._backend.buffers.actions, self._rows(ids), batch)
-        self._dispatch(Step(tuple(ids.tolist())), ids)
-
-    def _dispatch(self, call: Call, ids: np.ndarray) -> None:
-        rows = self._rows(ids)
-        self._state[rows] = PENDING
-        self._sent_at[rows] = time.monotonic()
-        self._num_pending += len(ids)
-        try:
-            self._backend.dispatch(call)
-        except WorkerDiedError as died:
-            self._broken = died
-            raise
+        put(self._backend.buffers.actions, calls.rows(ids), batch)
+        calls.dispatch(Step(tuple(ids.tolist())), ids)
 
     def _call(self, call: Call, ids: np.ndarray) -> dict[int, Any]:
         """Run a non-step call on ``ids`` to completion; returns each env's answer."""
-        self._require_idle(ids, f"call {type(call).__name__} on")
-        self._call_values = {}
-        self._dispatch(call, ids)
-        self._wait(self._answered(ids), None, drain=True)
-        values, self._call_values = self._call_values, {}
-        if self._failures:
-            self._raise_failure()
+        calls = self._calls
+        calls.require_idle(ids, f"call {type(call).__name__} on")
+        calls.call_values = {}
+        calls.dispatch(call, ids)
+        calls.wait(calls.answered(ids), None, drain=True)
+        values, calls.call_values = calls.call_values, {}
+        if calls.failures:
+            calls.raise_failure()
         return values
 
-    def _wait(self, satisfied: Callable[[], bool], deadline: float | None, drain: bool) -> None:
-        """Absorb replies until ``satisfied()``, the deadline, or no call left pending.
-
-        Without ``drain`` a failure also ends the wait (recv raises it at once;
-        the replies still in flight stay pending for the next recv). With it,
-        the wait goes on until ``satisfied()``, so that a call that raises
-        leaves none of its own replies in flight to be mistaken later for
-        the answer to another call.
-        """
-        while not satisfied() and (drain or not self._failures):
-            if self._num_pending == 0:
-                return
-            try:
-                # Take what has arrived before working out how long to block.
-                replies = self._backend.collect(0.0) or self._block_for_replies(deadline)
-            except WorkerDiedError as died:
-                self._broken = died
-                raise
-            if replies is None:  # the caller's deadline passed
-                return
-            for reply in replies:
-                self._absorb(reply)
-
-    def _block_for_replies(self, deadline: float | None) -> list[Reply] | None:
-        """Wait for replies up to ``deadline``; kill whatever has hung past ``call_timeout``."""
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            return None
-        pending = self._state == PENDING
-        hang_at = None if self.call_timeout is None else self._sent_at[pending].min() + self.call_timeout
-        until = min((t for t in (deadline, hang_at) if t is not None), default=None)
-        replies = self._backend.collect(None if until is None else max(0.0, until - now))
-        if not replies and hang_at is not None and time.monotonic() >= hang_at:
-            self._kill_hung(pending)
-        return replies
-
-    def _kill_hung(self, pending: np.ndarray) -> None:
-        assert self.call_timeout is not None
-        overdue = np.flatnonzero(pending & (self._sent_at + self.call_timeout <= time.monotonic()))
-        lost = self._backend.kill(overdue.tolist()) or overdue.tolist()
-        raise WorkerTimeoutError(lost, f"envs {overdue.tolist()} did not answer within call_timeout={self.call_timeout} s; their worker was killed")
-
-    def _absorb(self, reply: Reply) -> None:
-        env_ids = reply.env_ids
-        ids = slice(None) if env_ids == self._all_ids_tuple else np.array(env_ids, dtype=np.int64)
-        self._num_pending -= len(env_ids)
-        if isinstance(reply, Failure):
-            self._state[ids] = IDLE
-            self._failures.append(reply)
-        elif reply.call_type is Step:
-            self._state[ids] = READY
-            self._num_ready += len(env_ids)
-            self._infos.update(reply.values)
-            if self._policy.tracks_finished:
-                buffers = self._backend.buffers
-                ids = self._all_ids if isinstance(ids, slice) else ids
-                self._policy.after_step(self._finished, ids, buffers.terminated[ids] | buffers.truncated[ids])
-        else:
-            self._state[ids] = IDLE
-            values = reply.values
-            self._call_values.update(values if isinstance(values, dict) else zip(env_ids, values))
-
-    def _raise_failure(self) -> None:
-        failure, self._failures = self._failures[0], []
-        failure.raise_error()
-
     def _take_results(self, ids: np.ndarray, align: str, with_env_id: bool) -> Any:
-        """Read the results of READY ``ids`` out of the buffers; they become IDLE."""
+        """Copy the results of READY ``ids`` out of the buffers; they become IDLE."""
         buffers = self._backend.buffers
-        rows = self._rows(ids)
-        obs = take(buffers.obs, None if ids is self._all_ids else ids)
-        rewards = (buffers.reward[rows].copy(), buffers.terminated[rows].copy(), buffers.truncated[rows].copy())
-        none_result = self._none_result[rows].copy()
-        infos = self._infos
-        if infos:
-            infos = {i: infos.pop(i) for i in ids.tolist() if i in infos}
-        self._state[rows] = IDLE
-        self._num_ready -= len(ids)
-        self._none_result[rows] = False
+        rows = self._calls.rows(ids)
+        obs = take(buffers.obs, None if ids is self._calls.all_ids else ids)
+        step_arrays = (buffers.reward[rows].copy(), buffers.terminated[rows].copy(), buffers.truncated[rows].copy())
+        infos, none_result = self._calls.receive(ids)
         env_ids = ids if with_env_id else None
         if align == "batch":
-            return batch_results(obs, rewards, ids, infos, none_result, env_ids=env_ids)
-        return item_results(obs, rewards, ids, infos, none_result, env_ids=env_ids)
+            return batch_results(obs, step_arrays, ids, infos, none_result, env_ids=env_ids)
+        return item_results(obs, step_arrays, ids, infos, none_result, env_ids=env_ids)
 
 
 # ParallelEnvs not closed when the interpreter exits: close them while their
