@@ -110,7 +110,8 @@ class InFlight:
             if self.num_pending == 0:
                 return
             try:
-                # Take what has arrived before working out how long to block.
+                # What has arrived already needs no deadline arithmetic (the
+                # in-process backend's replies are always there).
                 replies = self.backend.collect(0.0) or self._block_for_replies(deadline)
             except WorkerDiedError as died:
                 self.broken = died
@@ -119,26 +120,6 @@ class InFlight:
                 return
             for reply in replies:
                 self._absorb(reply)
-
-    def raise_failure(self) -> None:
-        failure, self.failures = self.failures[0], []
-        failure.raise_error()
-
-    def ready_in_send_order(self) -> np.ndarray:
-        ready = np.flatnonzero(self.state == READY)
-        return ready[np.argsort(self._send_order[ready], kind="stable")]
-
-    def receive(self, ids: np.ndarray) -> tuple[dict[int, dict[str, Any]], np.ndarray]:
-        """Hand over the READY ``ids``: their non-empty infos and None-result mask; they become IDLE."""
-        rows = self.rows(ids)
-        none_result = self.none_result[rows].copy()
-        infos = self.infos
-        if infos:
-            infos = {i: infos.pop(i) for i in ids.tolist() if i in infos}
-        self.num_ready -= int((self.state[rows] == READY).sum())
-        self.state[rows] = IDLE
-        self.none_result[rows] = False
-        return infos, none_result
 
     def _block_for_replies(self, deadline: float | None) -> list[Reply] | None:
         """Wait for replies up to ``deadline``; kill whatever has hung past ``call_timeout``."""
@@ -152,6 +133,28 @@ class InFlight:
         if not replies and hang_at is not None and time.monotonic() >= hang_at:
             self._kill_hung(pending)
         return replies
+
+    def raise_failure(self) -> None:
+        failure, self.failures = self.failures[0], []
+        failure.raise_error()
+
+    def ready_in_send_order(self) -> np.ndarray:
+        ready = np.flatnonzero(self.state == READY)
+        return ready[np.argsort(self._send_order[ready], kind="stable")]
+
+    def receive(self, ids: np.ndarray) -> tuple[dict[int, dict[str, Any]], np.ndarray]:
+        """Hand over the READY ``ids``: their non-empty infos and None-result mask; they become IDLE."""
+        rows = self.rows(ids)
+        none_result = self.none_result[rows].copy()
+        if ids is self.all_ids:
+            infos, self.infos = self.infos, {}
+            self.num_ready = 0
+        else:
+            infos = {i: self.infos.pop(i) for i in ids.tolist() if i in self.infos} if self.infos else {}
+            self.num_ready -= int((self.state[rows] == READY).sum())
+        self.state[rows] = IDLE
+        self.none_result[rows] = False
+        return infos, none_result
 
     def _kill_hung(self, pending: np.ndarray) -> None:
         assert self.call_timeout is not None

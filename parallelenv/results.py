@@ -29,7 +29,7 @@ def item_results(
 ) -> Any:
     """``(obs, info)`` after a reset, else ``(obs, reward, terminated, truncated, info)``."""
     n = len(ids)
-    info = vector_info(((p, infos[i]) for p, i in enumerate(ids.tolist()) if i in infos), n) if infos else {}
+    info = vector_info(_by_position(ids, infos), n) if infos else {}
     if env_ids is not None:
         info["env_id"], info["_env_id"] = env_ids.copy(), np.ones(n, dtype=bool)
     if reset or step_arrays is None:
@@ -43,6 +43,14 @@ def item_results(
         truncated[positions] = False
         info["idle"], info["_idle"] = none_result.copy(), none_result.copy()
     return obs, reward, terminated, truncated, info
+
+
+def _by_position(ids: np.ndarray, infos: dict[int, dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """``(position in ids, info)`` pairs, in position order (the same for every backend)."""
+    if len(infos) * 8 < len(ids):  # few infos: look each one's position up
+        position_of = {i: p for p, i in enumerate(ids.tolist())} if len(ids) > 1 else {int(ids[0]): 0}
+        return sorted((position_of[i], info) for i, info in infos.items() if i in position_of)
+    return [(p, infos[i]) for p, i in enumerate(ids.tolist()) if i in infos]
 
 
 def batch_results(

@@ -98,7 +98,7 @@ def _restarted(env: gym.Env, result: tuple) -> tuple:
     """The step result of an env that finished, reset in the same step ("restart")."""
     obs, reward, terminated, truncated, info = result
     # The env may reuse its obs array for the next episode: keep our own copy.
-    info = {**info, "ended_state": copy.deepcopy(obs), "reset": True}
+    info = {**info, "ended_state": obs.copy() if isinstance(obs, np.ndarray) else copy.deepcopy(obs), "reset": True}
     new_obs, _ = env.reset()
     return new_obs, reward, terminated, truncated, info
 
