@@ -308,7 +308,7 @@ penv.close()
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("start_method", [None, "spawn"])
+@pytest.mark.parametrize("start_method", [None, "spawn", "fork"])
 def test_script_without_main_guard_runs(tmp_path, no_leaks, start_method):
     options = "" if start_method is None else f", start_method={start_method!r}"
     script = tmp_path / "unguarded.py"

@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -172,6 +173,11 @@ class SubprocBackend:
         self._shared: SharedBuffers | None = None
         self._closed = False
         ctx = _context(start_method)
+        # Workers attach to the shared memory and so register it with a
+        # resource tracker: it must be ours, running before they start, or
+        # each forked worker starts its own, which unlinks our segment when
+        # the worker exits.
+        resource_tracker.ensure_running()
         groups = np.array_split(np.arange(num_envs), num_workers)
         # owner[i] is the position in self._workers of the worker hosting env i.
         self._owner = np.repeat(np.arange(num_workers), [len(g) for g in groups])
