@@ -1,0 +1,78 @@
+"""What a result was measured on: CPU, cores, memory, Python, library versions, date.
+
+README.rst quotes the table with its date and machine, so both travel with
+every output. Versions come from package metadata, so nothing heavy (torch,
+ray) is imported just to print them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+LIBRARIES = ("parallelenv", "gymnasium", "numpy", "stable-baselines3", "tianshou",
+             "torch", "ray", "cloudpickle", "psutil")
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name, from /proc/cpuinfo where there is one."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (a container may allow fewer than exist)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of the libraries in the run; missing ones left out."""
+    found = {}
+    for name in LIBRARIES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def load_average() -> float | None:
+    """The 1-minute load average: other work on a shared machine skews timings."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # not available on this platform
+        return None
+
+
+def describe() -> dict[str, Any]:
+    """Everything the report's header says about where and when it ran."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return {
+        "date": now.strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu_model(),
+        "cores": usable_cores(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": platform.platform(terse=True),
+        "python": platform.python_version(),
+        "versions": versions(),
+    }
+
+
+def machine_line(info: dict[str, Any]) -> str:
+    """One line for the table's header, e.g. ``Intel Xeon ..., 2 cores, ...``."""
+    libs = ", ".join(f"{name} {version}" for name, version in info["versions"].items())
+    return (f"{info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB, "
+            f"{info['os']}, Python {info['python']}; {libs}")

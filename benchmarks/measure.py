@@ -1,0 +1,186 @@
+"""Timing and memory of one (workload, wrapper) pair, inside its own process."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psutil
+
+from benchmarks.registry import Runner, WrapperSpec
+from benchmarks.workloads import Workload
+
+RESET_SEED = 0
+# Processes that multiprocessing keeps for the whole interpreter, whoever used
+# them first; they are not a wrapper's leftovers.
+_INTERPRETER_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+
+
+@dataclass
+class Measurement:
+    """The outcome of one pair; ``skipped``/``error`` explain missing numbers."""
+
+    workload: str
+    wrapper: str
+    kind: str
+    ours: bool
+    num_envs: int
+    steps: int
+    rates: list[float] = field(default_factory=list)  # env-steps/s per repeat
+    startup_s: float | None = None
+    peak_rss_mib: float | None = None  # summed over the process tree
+    peak_pss_mib: float | None = None
+    leftover_processes: int = 0
+    skipped: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class PeakMemory:
+    """Peak of the summed RSS (and PSS) of this process and all its descendants.
+
+    A background thread samples during start-up and warm-up; it is paused
+    while the clock runs, since walking 65 processes' /proc entries costs
+    tens of ms of the very cores being measured, and :meth:`sample` is called
+    after each timed repeat instead. RSS counts a page shared by several
+    processes once per process (forked workers share most of theirs); PSS
+    splits it between them, so its sum is the memory really used. Workers
+    started by a forkserver are its children, and it is ours, so a recursive
+    walk finds them too.
+    """
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        self._interval_s = interval_s
+        self._root = psutil.Process()
+        self._stop = threading.Event()
+        # Held while sampling, so that a pause waits out a sample in progress.
+        self._lock = threading.Lock()
+        self._paused = False
+        self._thread = threading.Thread(target=self._loop, name="peak-memory", daemon=True)
+        self.peak_rss = 0
+        self.peak_pss = 0
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No sampling inside the block; one sample right after it."""
+        with self._lock:
+            self._paused = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._sample()
+                self._paused = False
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            with self._lock:
+                if not self._paused:
+                    self._sample()
+
+    def _sample(self) -> None:
+        rss = pss = 0
+        for proc in [self._root, *self._root.children(recursive=True)]:
+            # A worker may exit between the listing and the read.
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                info = proc.memory_full_info()
+                rss += info.rss
+                pss += info.pss
+        self.peak_rss = max(self.peak_rss, rss)
+        self.peak_pss = max(self.peak_pss, pss)
+
+
+def measure(workload: Workload, spec: WrapperSpec, steps: int, repeats: int) -> Measurement:
+    """Start-up, then ``repeats`` timed replays of the same actions."""
+    result = Measurement(workload.name, spec.name, spec.kind, spec.ours,
+                         workload.num_envs, steps)
+    result.skipped = _missing_module(spec)
+    if result.skipped:
+        return result
+    memory = PeakMemory() if workload.measure_memory else None
+    try:
+        with memory or contextlib.nullcontext(), spec.session():
+            _run(workload, spec, steps, repeats, result, memory)
+    except Exception as exc:  # a peer's failure is a row of the report, not a crash
+        traceback.print_exc()
+        result.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    if memory is not None and result.error is None:
+        result.peak_rss_mib = memory.peak_rss / 2**20
+        result.peak_pss_mib = memory.peak_pss / 2**20
+    result.leftover_processes = len(_leftover_children())
+    return result
+
+
+def _run(workload: Workload, spec: WrapperSpec, steps: int, repeats: int,
+         result: Measurement, memory: PeakMemory | None) -> None:
+    actions = workload.actions(steps)
+    # Warm up on the first tenth of the same actions: caches, lazy imports and
+    # worker start-up finish before the clock starts.
+    warmup = actions[: max(1, steps // 10)]
+    start = time.perf_counter()
+    runner = spec.make(workload.factories())
+    with _closing(runner):
+        runner.reset(RESET_SEED)
+        result.startup_s = time.perf_counter() - start
+        runner.run(warmup)
+        for _ in range(repeats):
+            with memory.paused() if memory else contextlib.nullcontext():
+                result.rates.append(_timed_rate(runner, actions))
+
+
+def _timed_rate(runner: Runner, actions: Any) -> float:
+    start = time.perf_counter()
+    env_steps = runner.run(actions)
+    return env_steps / (time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def _closing(runner: Runner) -> Iterator[Runner]:
+    try:
+        yield runner
+    finally:
+        runner.close()
+
+
+def _missing_module(spec: WrapperSpec) -> str | None:
+    """Why the wrapper cannot run here, or None when its imports work."""
+    for module in spec.requires:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # a broken install raises more than ImportError
+            return f"import {module} failed: {type(exc).__name__}: {exc}".splitlines()[0][:200]
+    return None
+
+
+def _leftover_children(grace_s: float = 3.0) -> list[psutil.Process]:
+    """Descendants still alive after close, once they have had time to exit."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        alive = [p for p in psutil.Process().children(recursive=True) if not _is_helper(p)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def _is_helper(proc: psutil.Process) -> bool:
+    try:
+        cmdline = " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return True  # gone already
+    return any(helper in cmdline for helper in _INTERPRETER_HELPERS)

@@ -1,0 +1,192 @@
+"""Turn measurements into the markdown table, the JSON file and the bar chart."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from benchmarks.machine import machine_line
+from benchmarks.registry import IN_PROCESS, KINDS, RAY, SUBPROCESS
+from benchmarks.wrappers import WRAPPERS
+
+KIND_MEANING = {
+    IN_PROCESS: "envs stepped one after another in the caller's process",
+    SUBPROCESS: "envs in local worker processes",
+    RAY: "envs in Ray actors",
+}
+KIND_COLOURS = {IN_PROCESS: "#8da0cb", SUBPROCESS: "#66c2a5", RAY: "#fc8d62"}
+COLUMNS = ("workload", "wrapper", "kind", "N", "steps/s median (min..max)", "us/env-step",
+           "x best peer", "start-up s", "peak RSS MiB (PSS)")
+
+
+def summarize(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add median/min/max, us per env-step and the ratio to the best peer."""
+    rows = [{**m, **_spread(m["rates"])} for m in measurements]
+    best = _best_peer_medians(rows)
+    for row in rows:
+        peer = best.get((row["workload"], row["kind"]))
+        row["best_peer"] = peer[0] if peer else None
+        row["ratio_to_best_peer"] = row["median"] / peer[1] if peer and row["median"] else None
+    return rows
+
+
+def _spread(rates: list[float]) -> dict[str, float | None]:
+    if not rates:
+        return {"median": None, "min": None, "max": None, "us_per_env_step": None}
+    median = statistics.median(rates)
+    return {"median": median, "min": min(rates), "max": max(rates),
+            "us_per_env_step": 1e6 / median}
+
+
+def _best_peer_medians(rows: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[str, float]]:
+    """(workload, kind) -> (wrapper, median) of the fastest other library's wrapper."""
+    best: dict[tuple[str, str], tuple[str, float]] = {}
+    for row in rows:
+        if row["ours"] or not row["median"]:
+            continue
+        key = (row["workload"], row["kind"])
+        if key not in best or row["median"] > best[key][1]:
+            best[key] = (row["wrapper"], row["median"])
+    return best
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The full report: header, table and the notes that make it readable."""
+    lines = [
+        "# parallelenv benchmarks",
+        "",
+        f"{meta['machine']['date']}; {machine_line(meta['machine'])}",
+        "",
+        _run_summary(meta["settings"], meta["machine"]["cores"]),
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "| " + " | ".join(["---"] * 3 + ["---:"] * (len(COLUMNS) - 3)) + " |",
+    ]
+    lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
+    return "\n".join(lines + [""] + _notes(rows)) + "\n"
+
+
+def _run_summary(settings: dict[str, Any], cores: int) -> str:
+    steps = ", ".join(f"{name} {count}" for name, count in settings["steps"].items())
+    load = settings["load_average"]
+    return (f"Run: {settings['mode']}, {settings['repeats']} repeat(s), "
+            f"{settings['wall_s']:.0f} s; "
+            f"batch steps per repeat: {steps}; 1-min load average {load['start']} at start, "
+            f"{load['end']} at end (on {cores} cores).")
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    name = f"**{row['wrapper']}**" if row["ours"] else row["wrapper"]
+    if row["median"] is None:
+        status = "skipped" if row["skipped"] else "failed"
+        return [row["workload"], name, row["kind"], str(row["num_envs"]),
+                f"{status} (see notes)", "", "", "", ""]
+    speed = f"{row['median']:,.0f}"
+    if len(row["rates"]) > 1:
+        speed += f" ({row['min']:,.0f}..{row['max']:,.0f})"
+    ratio = "" if row["ratio_to_best_peer"] is None else f"{row['ratio_to_best_peer']:.2f}x"
+    memory = ""
+    if row["peak_rss_mib"] is not None:
+        memory = f"{row['peak_rss_mib']:,.0f} ({row['peak_pss_mib']:,.0f})"
+    return [row["workload"], name, row["kind"], str(row["num_envs"]), speed,
+            f"{row['us_per_env_step']:.1f}", ratio, f"{row['startup_s']:.2f}", memory]
+
+
+def _notes(rows: list[dict[str, Any]]) -> list[str]:
+    kinds = "; ".join(f"{kind} = {KIND_MEANING[kind]}" for kind in KINDS)
+    notes = [
+        "steps/s: env-steps of all envs per wall-clock second after a warm-up, median of the "
+        "repeats (min..max); us/env-step = 1e6 / median. Every wrapper replays the same "
+        "pre-sampled actions on the same envs, each pair in a fresh Python process.",
+        f"x best peer: median / the best median among the other libraries' wrappers of the same "
+        f"kind on the same workload ({kinds}). Bold rows are parallelenv.",
+        "start-up s: construction + first reset; imports, and for Ray wrappers starting the "
+        "Ray instance, are excluded.",
+    ]
+    if any(row["peak_rss_mib"] is not None for row in rows):
+        notes.append(
+            "peak RSS MiB: RSS summed over the benchmark process and all its descendant "
+            "processes, sampled every 0.1 s outside the timed loops; RSS counts a page shared "
+            "by forked workers once per process, so PSS (shared pages split between "
+            "processes) is in parentheses.")
+    wrappers = [f"  - {name}: {WRAPPERS[name].note}"
+                for name in dict.fromkeys(row["wrapper"] for row in rows)
+                if name in WRAPPERS and WRAPPERS[name].note]
+    return ([f"- {note}" for note in notes]
+            + ["- Wrappers, and how each auto-resets:"] + wrappers
+            + [f"- {problem}" for problem in _problems(rows)])
+
+
+def _problems(rows: list[dict[str, Any]]) -> list[str]:
+    """Skips, failures and leftover processes, one line per wrapper and reason."""
+    seen: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for row in rows:
+        if row["skipped"]:
+            seen[(row["wrapper"], f"skipped: {row['skipped']}")].append(row["workload"])
+        elif row["error"]:
+            seen[(row["wrapper"], f"failed: {row['error']}")].append(row["workload"])
+        if row["leftover_processes"]:
+            reason = f"left {row['leftover_processes']} child process(es) alive after close()"
+            seen[(row["wrapper"], reason)].append(row["workload"])
+    return [f"{wrapper} on {', '.join(workloads)}: {reason}"
+            for (wrapper, reason), workloads in seen.items()]
+
+
+def write_json(path: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    path.write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
+
+
+def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
+    """Horizontal bars of median steps/s, one panel per workload."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display here, and none needed for a PNG
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    panels = defaultdict(list)
+    for row in rows:
+        if row["median"]:
+            panels[row["workload"]].append(row)
+    if not panels:
+        return
+    heights = [len(panel) + 1.5 for panel in panels.values()]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 0.32 * sum(heights) + 1.2),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    for ax, (workload, panel) in zip(axes[:, 0], panels.items(), strict=True):
+        _draw_panel(ax, workload, panel)
+    present = {row["kind"] for panel in panels.values() for row in panel}
+    handles = [Patch(color=KIND_COLOURS[kind], label=kind) for kind in KINDS if kind in present]
+    handles.append(Patch(facecolor="white", edgecolor="black", linewidth=2,
+                         label="parallelenv (ours)"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _draw_panel(ax: Any, workload: str, panel: list[dict[str, Any]]) -> None:
+    medians = [row["median"] for row in panel]
+    errors = [[row["median"] - row["min"] for row in panel],
+              [row["max"] - row["median"] for row in panel]]
+    positions = range(len(panel))
+    ax.barh(positions, medians, xerr=errors, capsize=2,
+            color=[KIND_COLOURS[row["kind"]] for row in panel],
+            edgecolor=["black" if row["ours"] else "none" for row in panel],
+            linewidth=[2 if row["ours"] else 0 for row in panel])
+    ax.set_yticks(list(positions), labels=[row["wrapper"] for row in panel], fontsize=8)
+    ax.invert_yaxis()
+    # Log scale only where bars differ by more than ~20x; else a linear axis
+    # shows the differences that matter better.
+    if max(medians) / min(medians) > 20:
+        ax.set_xscale("log")
+    # Labels past the error bar's end, so the two never overlap.
+    for position, row in zip(positions, panel, strict=True):
+        ax.text(row["max"], position, f"  {row['median']:,.0f}", va="center", fontsize=7)
+    ax.set_xlim(right=max(row["max"] for row in panel) * (3 if ax.get_xscale() == "log" else 1.2))
+    ax.set_title(f"{workload} (N={panel[0]['num_envs']}): env-steps/s", fontsize=9, loc="left")
+    ax.tick_params(axis="x", labelsize=7)

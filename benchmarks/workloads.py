@@ -1,0 +1,151 @@
+"""The workloads of BENCHMARKS.md: their envs, sizes and pre-sampled actions.
+
+The env classes live at module level so that subprocess and Ray workers can
+unpickle ``functools.partial(benchmarks.workloads.BusyEnv)`` by import path.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+ACTION_SEED = 12345
+
+
+def burn_cpu(seconds: float) -> None:
+    """Spin until this thread has used ``seconds`` of CPU time."""
+    # thread_time, not wall time: an env sharing its core with others still
+    # does the full amount of work, so over-subscription cannot look free.
+    deadline = time.thread_time() + seconds
+    while time.thread_time() < deadline:
+        pass
+
+
+class _FixedLengthEnv(gym.Env):
+    """Shared episode bookkeeping: truncate after ``episode_steps`` steps."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, episode_steps: int) -> None:
+        self._episode_steps = episode_steps
+        self._elapsed = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._elapsed = 0
+        return self._observe(), {}
+
+    def step(self, action: Any):
+        self._work()
+        self._elapsed += 1
+        truncated = self._elapsed >= self._episode_steps
+        return self._observe(), 1.0, False, truncated, {}
+
+    def _observe(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _work(self) -> None:
+        """The cost of one step; nothing by default."""
+
+
+class BusyEnv(_FixedLengthEnv):
+    """CPU-bound: each step burns ``cpu_seconds`` of CPU; Box(64,) obs."""
+
+    def __init__(self, cpu_seconds: float = 0.0005, episode_steps: int = 200) -> None:
+        super().__init__(episode_steps)
+        self._cpu_seconds = cpu_seconds
+        self.observation_space = spaces.Box(-1.0, 1.0, (64,), np.float32)
+        self.action_space = spaces.Discrete(4)
+        self._obs = np.zeros(64, np.float32)
+
+    def _observe(self) -> np.ndarray:
+        return self._obs
+
+    def _work(self) -> None:
+        burn_cpu(self._cpu_seconds)
+
+
+class BigObsEnv(_FixedLengthEnv):
+    """An Atari-sized frame stack with a step that costs nothing."""
+
+    def __init__(self, episode_steps: int = 1000) -> None:
+        super().__init__(episode_steps)
+        shape = (84, 84, 4)
+        self.observation_space = spaces.Box(0, 255, shape, np.uint8)
+        self.action_space = spaces.Discrete(4)
+        # One preallocated frame returned every step, so only the wrapper's
+        # cost of moving 28 KB is measured. Noise rather than zeros so that
+        # nothing downstream can take a shortcut on uniform data. Every
+        # wrapper here copies the obs it receives, so sharing it is safe.
+        self._frame = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+
+    def _observe(self) -> np.ndarray:
+        return self._frame
+
+
+class JitterEnv(_FixedLengthEnv):
+    """Straggler maker: each step sleeps 0.1-2 ms drawn from the env's RNG."""
+
+    def __init__(self, low: float = 0.0001, high: float = 0.002, episode_steps: int = 200) -> None:
+        super().__init__(episode_steps)
+        self._low, self._high = low, high
+        self.observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = spaces.Discrete(4)
+        self._obs = np.zeros(4, np.float32)
+
+    def _observe(self) -> np.ndarray:
+        return self._obs
+
+    def _work(self) -> None:
+        # self.np_random is seeded by reset(seed=...), so every wrapper sees
+        # the same sequence of delays for the same env.
+        time.sleep(self.np_random.uniform(self._low, self._high))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One row group of the table: an env, how many copies, how long to run."""
+
+    name: str
+    num_envs: int
+    make_env: Callable[[], gym.Env]
+    num_actions: int
+    steps: int  # batch steps per timed repeat (each moves every env once)
+    quick_steps: int
+    measure_memory: bool = False
+    description: str = ""
+
+    def factories(self) -> list[Callable[[], gym.Env]]:
+        """Zero-arg env factories, one per env, picklable by import path."""
+        return [self.make_env] * self.num_envs
+
+    def actions(self, steps: int) -> np.ndarray:
+        """The (steps, num_envs) actions every wrapper replays, same seed for all."""
+        rng = np.random.default_rng(ACTION_SEED)
+        return rng.integers(0, self.num_actions, size=(steps, self.num_envs), dtype=np.int64)
+
+
+_cartpole = functools.partial(gym.make, "CartPole-v1")
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload("cartpole8", 8, _cartpole, 2, steps=1000, quick_steps=300,
+                 description="CartPole-v1: per-step wrapper overhead"),
+        Workload("cartpole64", 64, _cartpole, 2, steps=300, quick_steps=60,
+                 measure_memory=True, description="CartPole-v1 x64: overhead and memory"),
+        Workload("busy8", 8, functools.partial(BusyEnv), 4, steps=500, quick_steps=100,
+                 description="0.5 ms CPU per step: parallel speed-up"),
+        Workload("bigobs8", 8, functools.partial(BigObsEnv), 4, steps=1500, quick_steps=200,
+                 description="84x84x4 uint8 obs: moving large observations"),
+        Workload("jitter16", 16, functools.partial(JitterEnv), 4, steps=200, quick_steps=40,
+                 description="0.1-2 ms random sleep: stragglers, async k-of-n"),
+    )
+}

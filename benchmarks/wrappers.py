@@ -1,0 +1,267 @@
+"""One small adapter per vector-env wrapper, behind the common ``Runner`` API.
+
+Adding a wrapper is one ``@register`` class (or one ``register(...)(partial)``
+line): give it a name, a kind (what it is fairly compared with), the modules
+it needs, and implement ``reset``, ``step`` and ``close``. Each adapter
+imports its library inside ``__init__``, so a benchmark process only pays for
+the one it measures and a missing peer is an ImportError reported as a skip.
+Importing this module fills :data:`WRAPPERS`; the rest of the harness reads
+the table from here.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from benchmarks.registry import (
+    IN_PROCESS,
+    RAY,
+    SUBPROCESS,
+    WRAPPERS,
+    EnvFactory,
+    Runner,
+    default_wrappers,
+    ray_cluster,
+    register,
+)
+
+__all__ = ["WRAPPERS", "default_wrappers"]
+
+# --- parallelenv -----------------------------------------------------------
+
+
+class ParallelEnvRunner(Runner):
+    """Ours, lockstep: ``step`` of every env, restarted on episode end."""
+
+    def __init__(self, factories: Sequence[EnvFactory], mode: str, worker_per_env: bool = False) -> None:
+        from parallelenv import ParallelEnv
+
+        # Envs that wait (sleep, I/O) rather than compute want one worker each,
+        # as the peers' one-process-per-env wrappers have; CPU-bound ones one per core.
+        options = {"num_workers": len(factories)} if worker_per_env else {}
+        self.penv = ParallelEnv(list(factories), para_mode=mode, asynchronous="restart", **options)
+
+    def reset(self, seed: int) -> None:
+        self.penv.reset(seed=seed)
+
+    def step(self, actions: np.ndarray) -> None:
+        self.penv.step(actions)
+
+    def close(self) -> None:
+        self.penv.close()
+
+
+class ParallelEnvAsyncRunner(ParallelEnvRunner):
+    """Ours, k-of-n: act on whichever ``wait_num`` envs answer first."""
+
+    wait_num = 8
+
+    def run(self, actions: np.ndarray) -> int:
+        steps, num_envs = actions.shape
+        # Each env replays its own column of actions, at its own pace.
+        taken = np.zeros(num_envs, dtype=np.int64)
+        self.penv.send(actions[0], id=None)
+        received, in_flight = 0, num_envs
+        while received < actions.size:
+            ids = self._recv(min(self.wait_num, in_flight))
+            received += len(ids)
+            taken[ids] += 1
+            self.penv.send(actions[taken[ids] % steps, ids], id=ids)
+        # Collect what is still in flight, so that the timing includes it and
+        # the next repeat starts with no call pending.
+        while in_flight:
+            ids = self._recv(min(self.wait_num, in_flight))
+            received += len(ids)
+            in_flight -= len(ids)
+        return received
+
+    def _recv(self, wait_num: int) -> np.ndarray:
+        *_, info = self.penv.recv(wait_num=wait_num)
+        return np.asarray(info["env_id"], dtype=np.int64)
+
+
+register("parallelenv-dummy", IN_PROCESS, ours=True, requires=("parallelenv",),
+         note="asynchronous='restart'")(functools.partial(ParallelEnvRunner, mode="dummy"))
+register("parallelenv-subproc", SUBPROCESS, ours=True, requires=("parallelenv",),
+         note="asynchronous='restart'")(functools.partial(ParallelEnvRunner, mode="subproc"))
+register("parallelenv-subproc-perenv", SUBPROCESS, ours=True, requires=("parallelenv",),
+         workloads=frozenset({"jitter16"}),
+         note="lockstep step, num_workers=N (one worker per env)")(
+    functools.partial(ParallelEnvRunner, mode="subproc", worker_per_env=True))
+register("parallelenv-subproc-async", SUBPROCESS, ours=True, requires=("parallelenv",),
+         workloads=frozenset({"jitter16"}),
+         note=f"send/recv(wait_num={ParallelEnvAsyncRunner.wait_num}), num_workers=N; "
+              "steps/s counts results received")(
+    functools.partial(ParallelEnvAsyncRunner, mode="subproc", worker_per_env=True))
+
+
+# --- Gymnasium -------------------------------------------------------------
+
+
+class GymnasiumRunner(Runner):
+    """Gymnasium 1.x vector envs with their default (next-step) autoreset."""
+
+    def __init__(self, factories: Sequence[EnvFactory], asynchronous: bool) -> None:
+        from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
+
+        self.venv: Any
+        if asynchronous:
+            self.venv = AsyncVectorEnv(list(factories), shared_memory=True)
+        else:
+            self.venv = SyncVectorEnv(list(factories))
+
+    def reset(self, seed: int) -> None:
+        self.venv.reset(seed=seed)
+
+    def step(self, actions: np.ndarray) -> None:
+        self.venv.step(actions)
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+register("gymnasium-sync", IN_PROCESS, requires=("gymnasium",),
+         note="SyncVectorEnv; next-step autoreset (its default)")(
+    functools.partial(GymnasiumRunner, asynchronous=False))
+register("gymnasium-async", SUBPROCESS, requires=("gymnasium",),
+         note="AsyncVectorEnv(shared_memory=True); next-step autoreset")(
+    functools.partial(GymnasiumRunner, asynchronous=True))
+
+
+# --- Stable-Baselines3 -----------------------------------------------------
+
+
+class SB3Runner(Runner):
+    """SB3 VecEnvs: they reset a finished env inside ``step``."""
+
+    def __init__(self, factories: Sequence[EnvFactory], subproc: bool) -> None:
+        from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+        self.venv: Any
+        if not subproc:
+            self.venv = DummyVecEnv(list(factories))
+            return
+        # SubprocVecEnv's default start method, forkserver, is what its users
+        # get. The forkserver preloads __main__, which in a user's script
+        # imports stable_baselines3 (and torch) once; here __main__ is the
+        # harness, so preload SB3 alike rather than have each worker import
+        # torch on its own, which costs seconds per worker on two cores.
+        multiprocessing.set_forkserver_preload(["__main__", "stable_baselines3.common.vec_env"])
+        self.venv = SubprocVecEnv(list(factories))
+
+    def reset(self, seed: int) -> None:
+        self.venv.seed(seed)
+        self.venv.reset()
+
+    def step(self, actions: np.ndarray) -> None:
+        self.venv.step(actions)
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+register("sb3-dummy", IN_PROCESS, requires=("stable_baselines3",), quick=False,
+         note="DummyVecEnv; resets a finished env inside step")(
+    functools.partial(SB3Runner, subproc=False))
+register("sb3-subproc", SUBPROCESS, requires=("stable_baselines3",),
+         note="SubprocVecEnv (forkserver); resets inside step")(
+    functools.partial(SB3Runner, subproc=True))
+
+
+# --- Tianshou --------------------------------------------------------------
+
+
+class TianshouRunner(Runner):
+    """Tianshou venvs leave resets to the caller, as its Collector does."""
+
+    def __init__(self, factories: Sequence[EnvFactory], ray_workers: bool) -> None:
+        from tianshou.env import RayVectorEnv, ShmemVectorEnv
+
+        venv_class = RayVectorEnv if ray_workers else ShmemVectorEnv
+        self.venv = venv_class(list(factories))
+
+    def reset(self, seed: int) -> None:
+        self.venv.seed(seed)
+        self.venv.reset()
+
+    def step(self, actions: np.ndarray) -> None:
+        _, _, terminated, truncated, _ = self.venv.step(actions)
+        done = np.flatnonzero(np.logical_or(terminated, truncated))
+        if done.size:
+            self.venv.reset(done)
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+register("tianshou-shmem", SUBPROCESS, requires=("tianshou",), quick=False,
+         note="ShmemVectorEnv; the caller resets finished envs, as its Collector does")(
+    functools.partial(TianshouRunner, ray_workers=False))
+register("tianshou-ray", RAY, requires=("tianshou", "ray"), quick=False, session=ray_cluster,
+         workloads=frozenset({"cartpole8"}), note="RayVectorEnv; the caller resets finished envs")(
+    functools.partial(TianshouRunner, ray_workers=True))
+
+
+# --- plain Ray -------------------------------------------------------------
+
+
+class EnvActor:
+    """Hosts one env in a Ray actor; restarts it when an episode ends."""
+
+    def __init__(self, factory: EnvFactory) -> None:
+        self.env = factory()
+
+    def reset(self, seed: int) -> Any:
+        return self.env.reset(seed=seed)[0]
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool]:
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        if terminated or truncated:
+            obs, _ = self.env.reset()
+        return obs, float(reward), bool(terminated), bool(truncated)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+@register("ray-actors", RAY, requires=("ray",), quick=False, session=ray_cluster,
+          workloads=frozenset({"cartpole8", "busy8"}),
+          note="one actor per env, one ray.get of all steps; the actor resets its env")
+class RayActorsRunner(Runner):
+    """The plain Ray baseline: one actor per env, one ``ray.get`` per step."""
+
+    def __init__(self, factories: Sequence[EnvFactory]) -> None:
+        import ray
+
+        self._ray = ray
+        # Fractional CPUs so N actors fit on fewer cores: Ray reserves one CPU
+        # per actor by default and would leave the rest pending forever.
+        cpus = min(1.0, (os.cpu_count() or 1) / len(factories))
+        actor_class: Any = ray.remote(num_cpus=cpus)(EnvActor)
+        self.actors: list[Any] = [actor_class.remote(f) for f in factories]
+
+    def reset(self, seed: int) -> None:
+        # seed + i per env, as the vector envs of the other libraries do.
+        refs = [a.reset.remote(seed + i) for i, a in enumerate(self.actors)]
+        self.obs = np.stack(self._ray.get(refs))
+
+    def step(self, actions: np.ndarray) -> None:
+        refs = [a.step.remote(x) for a, x in zip(self.actors, actions.tolist(), strict=True)]
+        obs, rewards, terminated, truncated = zip(*self._ray.get(refs), strict=True)
+        # Assemble the batch, as every other wrapper hands one back.
+        self.obs = np.stack(obs)
+        self.rewards = np.asarray(rewards)
+        self.done = np.logical_or(terminated, truncated)
+
+    def close(self) -> None:
+        try:
+            self._ray.get([a.close.remote() for a in self.actors])
+        finally:
+            for actor in self.actors:
+                self._ray.kill(actor)
