@@ -181,8 +181,12 @@ def _write_outputs(out: Path, stem: str, measurements: list[dict[str, Any]],
     report.write_json(out / f"{stem}.json", rows, meta)
     title = f"parallelenv benchmarks, {meta['machine']['date']}; {meta['machine']['cpu']}, " \
             f"{meta['machine']['cores']} cores"
-    report.plot(out / f"{stem}.png", rows, title)
-    print(f"wrote {out / stem}.md, .json, .png ({meta['settings']['wall_s']} s)", file=sys.stderr)
+    try:
+        report.plot(out / f"{stem}.png", rows, title)
+        written = ".md, .json, .png"
+    except ImportError:  # matplotlib comes with the bench extra; the numbers stand without it
+        written = ".md, .json (no chart: pip install matplotlib)"
+    print(f"wrote {out / stem}{written} ({meta['settings']['wall_s']} s)", file=sys.stderr)
 
 
 if __name__ == "__main__":
