@@ -52,6 +52,11 @@ def make_envs(sources: Sequence[EnvSource], first_id: int) -> list[gym.Env] | Fa
 
 SpacePair = tuple[gym.Space, gym.Space]
 
+# Small observations are written in one assignment from the list; large ones
+# row by row, since the list assignment first builds a temporary array
+# (an extra copy of every frame).
+ROW_BY_ROW_BYTES = 4096
+
 
 def common_spaces(per_env: Sequence[SpacePair]) -> SpacePair:
     """The spaces every env shares; a ValueError names the first env that differs from env 0."""
@@ -185,7 +190,7 @@ class EnvGroup:
         buffers.reward[rows] = rewards
         buffers.terminated[rows] = terminations
         buffers.truncated[rows] = truncations
-        if isinstance(buffers.obs, np.ndarray):
+        if isinstance(buffers.obs, np.ndarray) and buffers.obs[0].nbytes <= ROW_BY_ROW_BYTES:
             buffers.obs[rows] = observations
         else:
             for env_id, obs in zip(ids, observations, strict=True):
