@@ -90,6 +90,14 @@ register("parallelenv-dummy", IN_PROCESS, ours=True, requires=("parallelenv",),
          note="asynchronous='restart'")(functools.partial(ParallelEnvRunner, mode="dummy"))
 register("parallelenv-subproc", SUBPROCESS, ours=True, requires=("parallelenv",),
          note="asynchronous='restart'")(functools.partial(ParallelEnvRunner, mode="subproc"))
+register("parallelenv-ray", RAY, ours=True, requires=("parallelenv", "ray"), quick=False, session=ray_cluster,
+         workloads=frozenset({"cartpole8", "cartpole64", "busy8"}),
+         note="one actor per env, asynchronous='restart'")(
+    functools.partial(ParallelEnvRunner, mode="ray"))
+register("parallelenv-ray-subproc", RAY, ours=True, requires=("parallelenv", "ray"), quick=False,
+         session=ray_cluster, workloads=frozenset({"cartpole8", "cartpole64", "busy8"}),
+         note="one actor per node, its envs in the actor's own worker processes")(
+    functools.partial(ParallelEnvRunner, mode="ray-subproc"))
 register("parallelenv-subproc-perenv", SUBPROCESS, ours=True, requires=("parallelenv",),
          workloads=frozenset({"jitter16"}),
          note="lockstep step, num_workers=N (one worker per env)")(
@@ -231,7 +239,7 @@ class EnvActor:
 
 
 @register("ray-actors", RAY, requires=("ray",), quick=False, session=ray_cluster,
-          workloads=frozenset({"cartpole8", "busy8"}),
+          workloads=frozenset({"cartpole8", "cartpole64", "busy8"}),
           note="one actor per env, one ray.get of all steps; the actor resets its env")
 class RayActorsRunner(Runner):
     """The plain Ray baseline: one actor per env, one ``ray.get`` per step."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Union
+from typing import Any, NoReturn, TypeVar, Union
 
 from parallelenv.errors import EnvError, RemoteTraceback
 
@@ -136,3 +136,21 @@ def method_name(call: Call) -> str:
     if isinstance(call, (GetAttr, SetAttr, CallMethod)):
         return call.name
     return type(call).__name__.lower()
+
+
+Message = TypeVar("Message", bound=Union[Reset, Step, GetAttr, SetAttr, CallMethod, Done, Failure])
+
+
+def shifted(message: Message, offset: int) -> Message:
+    """The same call or reply for envs numbered ``offset`` higher.
+
+    A host that runs a group of envs behind its own local numbering (a Ray
+    actor over a subproc backend) turns global ids into local ones on the
+    way in and back on the way out.
+    """
+    changes: dict[str, Any] = {"env_ids": tuple(i + offset for i in message.env_ids)}
+    if isinstance(message, Failure):
+        changes["env_index"] = message.env_index + offset
+    elif isinstance(message, Done) and isinstance(message.values, dict):
+        changes["values"] = {i + offset: value for i, value in message.values.items()}
+    return dataclasses.replace(message, **changes)

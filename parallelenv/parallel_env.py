@@ -21,7 +21,7 @@ from gymnasium.vector.utils import batch_space
 
 from parallelenv import arguments
 from parallelenv.backends import BackendConfig, resolve_backend
-from parallelenv.backends.base import Backend, available_cpus
+from parallelenv.backends.base import Backend
 from parallelenv.batching import check_batch, put, take
 from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, GetAttr, Reset, SetAttr, Step
 from parallelenv.errors import ClosedError, NoPendingCallError
@@ -39,12 +39,13 @@ class ParallelEnv:
         envs: ``gym.Env`` instances or zero-argument callables returning one.
             Factories are preferred for processes and Ray: nothing unpicklable
             crosses a process boundary.
-        para_mode: where the envs run: ``"dummy"``, ``"subproc"``, or a name
-            given to :func:`~parallelenv.register_backend`.
+        para_mode: where the envs run: ``"dummy"``, ``"subproc"``, ``"ray"``,
+            ``"ray-subproc"``, or a name given to :func:`~parallelenv.register_backend`.
         asynchronous: what happens to envs that finish at different times:
             ``None``, ``"idle"``, ``"restart"`` or ``"continue"`` (see README).
-        num_cpus: cores for this ParallelEnv; default: all of this machine's.
-        num_gpus: GPUs for backends that place envs on them.
+        num_cpus: cores for this ParallelEnv; default: all of this machine's
+            (for the Ray backends: all of the cluster's).
+        num_gpus: GPUs for the Ray backends, spread over their actors (fractions allowed).
         no_warning: silence the warnings raised inside the envs.
         call_timeout: seconds an env call may take before its worker is
             declared hung, killed, and :class:`~parallelenv.WorkerTimeoutError`
@@ -78,10 +79,8 @@ class ParallelEnv:
             raise TypeError("envs must be a non-empty list of gym.Env instances or factories of them")
         self._policy = resolve_policy(asynchronous)
         factory = resolve_backend(para_mode)
-        if num_cpus is None:
-            num_cpus = available_cpus()
-        if not isinstance(num_cpus, int) or num_cpus < 1:
-            raise ValueError(f"num_cpus={num_cpus!r}; use a positive int")
+        if num_cpus is not None and (not isinstance(num_cpus, (int, float)) or num_cpus <= 0):
+            raise ValueError(f"num_cpus={num_cpus!r}; use a positive number")
         if call_timeout is not None and not call_timeout > 0:
             raise ValueError(f"call_timeout={call_timeout!r}; use a positive number of seconds or None")
         config = BackendConfig(

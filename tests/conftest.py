@@ -7,9 +7,11 @@ fails the test if a child process or shared-memory segment outlived them.
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing.forkserver
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -19,9 +21,15 @@ from parallelenv import ParallelEnv
 from parallelenv.backends import backend_names
 from parallelenv.backends.shm import NAME_PREFIX
 
-BACKENDS = [name for name in backend_names() if name in ("dummy", "subproc")]
-# Small groups so that every subproc test has several workers with several envs each.
-BACKEND_OPTIONS: dict[str, dict[str, Any]] = {"subproc": {"num_workers": 2}}
+HAS_RAY = importlib.util.find_spec("ray") is not None
+RAY_BACKENDS = ("ray", "ray-subproc")
+BACKENDS = [name for name in backend_names() if name in ("dummy", "subproc") or (HAS_RAY and name in RAY_BACKENDS)]
+# Small groups, so that a test has several workers (or actors) with several envs each.
+BACKEND_OPTIONS: dict[str, dict[str, Any]] = {
+    "subproc": {"num_workers": 2},
+    "ray-subproc": {"num_actors": 2, "num_workers_per_actor": 1},
+}
+TESTS_DIR = Path(__file__).resolve().parent
 
 
 def _infrastructure_pids() -> set[int]:
@@ -36,12 +44,17 @@ def _infrastructure_pids() -> set[int]:
     return pids
 
 
+def _is_ray_process(process: psutil.Process) -> bool:
+    """Ray starts and reaps its own processes; Ray leaks are checked by actor pids instead."""
+    return any("ray" in part for part in process.cmdline())
+
+
 def live_children() -> list[psutil.Process]:
     infrastructure = _infrastructure_pids()
     children = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if child.pid not in infrastructure and child.status() != psutil.STATUS_ZOMBIE:
+            if child.pid not in infrastructure and child.status() != psutil.STATUS_ZOMBIE and not _is_ray_process(child):
                 children.append(child)
         except psutil.NoSuchProcess:
             pass
@@ -56,6 +69,18 @@ def our_segments() -> set[str]:
         return set()
 
 
+def assert_gone(pids: list[int]) -> None:
+    processes = []
+    for pid in pids:
+        try:
+            processes.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=15)
+    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"actor or worker processes outlived close(): {[p.pid for p in alive]}"
+
+
 def assert_nothing_left(before: set[int]) -> None:
     leaked = [p for p in live_children() if p.pid not in before]
     # close() joins its workers; a process may still be in the middle of exiting.
@@ -64,8 +89,42 @@ def assert_nothing_left(before: set[int]) -> None:
     assert not our_segments(), f"shared memory left behind: {our_segments()}"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules marked ``local_backends`` run on Ray only the tests marked ``every_backend``.
+
+    The conformance suite runs on every backend; the error, lifecycle and id
+    tests check mostly the front object, the same for every backend, and a
+    Ray ParallelEnv takes seconds to start on two cores.
+    """
+    deselected = []
+    for item in items:
+        on_ray = getattr(item, "callspec", None) and item.callspec.params.get("backend") in RAY_BACKENDS
+        if on_ray and item.get_closest_marker("local_backends") and not item.get_closest_marker("every_backend"):
+            deselected.append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item not in deselected]
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[Any]:
+    """One local Ray cluster for the whole session, as the Ray backends' tests need."""
+    import ray
+
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)])}},
+    )
+    yield ray
+    ray.shutdown()
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
+    if request.param in RAY_BACKENDS:
+        request.getfixturevalue("ray_session")
     return request.param
 
 
@@ -74,19 +133,25 @@ def make_penv(backend: str) -> Iterator[Callable[..., ParallelEnv]]:
     """``make_penv(envs, **kwargs)``: a ParallelEnv on this test's backend."""
     before = {p.pid for p in live_children()}
     made: list[ParallelEnv] = []
+    actor_pids: list[int] = []
 
     def make(envs: Any, **kwargs: Any) -> ParallelEnv:
         options = {**BACKEND_OPTIONS.get(backend, {}), **kwargs}
         if backend == "subproc":
             options["num_workers"] = min(options.get("num_workers", 2), len(envs))
+        if backend == "ray-subproc":
+            options["num_actors"] = min(options.get("num_actors", 2), len(envs))
         penv = ParallelEnv(envs, para_mode=backend, **options)
         made.append(penv)
+        if backend in RAY_BACKENDS:
+            actor_pids.extend(penv._backend.actor_pids())
         return penv
 
     yield make
     for penv in made:
         penv.close()
     assert_nothing_left(before)
+    assert_gone(actor_pids)
 
 
 @pytest.fixture

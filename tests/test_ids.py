@@ -21,6 +21,9 @@ from hypothesis import strategies as st
 from parallelenv import ParallelEnv
 from parallelenv.arguments import env_ids, env_seeds
 
+# Mostly checks of the front object: on the Ray backends only where marked every_backend.
+pytestmark = pytest.mark.local_backends
+
 # No database: the suite must not write into the checkout; no deadline: the
 # machine is shared, and timing is not what these tests are about.
 PROPERTY = settings(database=None, deadline=None, max_examples=150)

@@ -28,6 +28,9 @@ from gymnasium.vector.utils import batch_space
 from parallelenv import ClosedError, ParallelEnv
 from parallelenv.backends.shm import NAME_PREFIX
 
+# Mostly checks of the front object: on the Ray backends only where marked every_backend.
+pytestmark = pytest.mark.local_backends
+
 SUBPROC_ONLY = pytest.mark.parametrize("backend", ["subproc"])
 TESTS_DIR = Path(__file__).resolve().parent
 

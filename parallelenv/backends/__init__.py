@@ -16,6 +16,8 @@ __all__ = ["Backend", "BackendConfig", "BackendFactory", "register_backend", "re
 _REGISTRY: dict[str, Union[BackendFactory, str]] = {
     "dummy": "parallelenv.backends.dummy:DummyBackend",
     "subproc": "parallelenv.backends.subproc:SubprocBackend",
+    "ray": "parallelenv.backends.ray_backend:make_ray",
+    "ray-subproc": "parallelenv.backends.ray_backend:make_ray_subproc",
 }
 
 

@@ -18,7 +18,7 @@ class BackendConfig:
     """The ParallelEnv arguments every backend receives."""
 
     restart: bool  # the env host resets an env in the step that finishes it
-    num_cpus: int
+    num_cpus: int | None  # None: all cores (of this machine, or of the Ray cluster)
     num_gpus: float
     no_warning: bool
     call_timeout: float | None

@@ -42,7 +42,7 @@ def make_envs(sources: Sequence[EnvSource], first_id: int) -> list[gym.Env] | Fa
     for offset, source in enumerate(sources):
         env_id = first_id + offset
         try:
-            envs.append(_make_env(source, env_id))
+            envs.append(_make_env(source))
         except Exception as exc:
             for env in envs:
                 _close_quietly(env)
@@ -81,14 +81,14 @@ def silenced(no_warning: bool) -> Iterator[None]:
         yield
 
 
-def _make_env(source: EnvSource, env_id: int) -> gym.Env:
+def _make_env(source: EnvSource) -> gym.Env:
     if isinstance(source, gym.Env):
         return source
     if not callable(source):
-        raise TypeError(f"env {env_id} is a {type(source).__name__}, not a gymnasium.Env or a factory of one")
+        raise TypeError(f"got a {type(source).__name__}, not a gymnasium.Env or a factory of one")
     env = source()
     if not isinstance(env, gym.Env):
-        raise TypeError(f"the factory of env {env_id} returned a {type(env).__name__}, not a gymnasium.Env")
+        raise TypeError(f"its factory returned a {type(env).__name__}, not a gymnasium.Env")
     return env
 
 

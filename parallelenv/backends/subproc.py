@@ -30,7 +30,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from parallelenv.backends.base import BackendConfig
+from parallelenv.backends.base import BackendConfig, available_cpus
 from parallelenv.backends.env_host import EnvSource, common_spaces
 from parallelenv.backends.shm import SharedBuffers
 from parallelenv.backends import wire
@@ -164,7 +164,7 @@ class SubprocBackend:
     ) -> None:
         num_envs = len(sources)
         if num_workers is None:
-            num_workers = min(config.num_cpus, num_envs)
+            num_workers = min(max(1, int(config.num_cpus or available_cpus())), num_envs)
         if not isinstance(num_workers, int) or not 1 <= num_workers <= num_envs:
             raise ValueError(f"num_workers={num_workers!r}; use an int from 1 to the number of envs ({num_envs})")
         payloads = pickle_sources(sources)
@@ -288,6 +288,9 @@ class SubprocBackend:
             for fd in (worker.conn.fileno(), worker.process.sentinel):
                 self._poll.unregister(fd)
         return worker.died(reason)
+
+    def worker_pids(self) -> list[int]:
+        return [worker.process.pid for worker in self._workers if worker.death is None]
 
     def kill(self, env_ids: Sequence[int]) -> list[int]:
         lost: list[int] = []

@@ -1,0 +1,142 @@
+"""A group of envs behind a local backend, answering calls in global env ids.
+
+This is what a Ray actor runs: for ``para_mode="ray"`` a dummy backend over
+one env, for ``"ray-subproc"`` a subproc backend over a group of envs in the
+actor's own worker processes. The host numbers its envs from 0, translates
+calls and replies at its boundary, and returns a call's result rows with its
+reply, since an actor on another machine cannot write into the caller's
+buffers. It imports nothing of Ray: the Ray backend wraps it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from parallelenv.backends.base import Backend, BackendConfig
+from parallelenv.backends.dummy import DummyBackend
+from parallelenv.backends.subproc import SubprocBackend
+from parallelenv.batching import Batched, put, take
+from parallelenv.calls import Call, Done, Failure, Reply, Reset, Step, shifted
+from parallelenv.errors import EnvError, WorkerDiedError
+
+LOCAL_BACKENDS: dict[str, type] = {"dummy": DummyBackend, "subproc": SubprocBackend}
+
+
+@dataclass(frozen=True)
+class Lost:
+    """Some of the group's envs died with their worker process inside the host."""
+
+    env_ids: tuple[int, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A step's or reset's results for the envs of the reply, in its order."""
+
+    obs: Batched
+    reward: np.ndarray | None = None
+    terminated: np.ndarray | None = None
+    truncated: np.ndarray | None = None
+
+
+class GroupHost:
+    """Envs ``first_id`` onwards, run by a local backend of kind ``local_mode``."""
+
+    def __init__(self, payloads: list[bytes], first_id: int, config: BackendConfig, local_mode: str,
+                 local_options: dict[str, Any]) -> None:
+        self._payloads = payloads
+        self._first_id = first_id
+        self._config = config
+        self._local_mode = local_mode
+        self._local_options = local_options
+        self._backend: Backend | None = None
+
+    def start(self) -> Failure | tuple[Any, Any]:
+        """Build the envs; their shared spaces, or the Failure of the first env that could not be built."""
+        try:
+            sources = [cloudpickle.loads(payload) for payload in self._payloads]
+            options = dict(self._local_options)
+            if "num_workers" in options:
+                options["num_workers"] = min(options["num_workers"], len(sources))
+            self._backend = LOCAL_BACKENDS[self._local_mode](sources, self._config, **options)
+        except EnvError as error:
+            return Failure(type(None), (error.env_index + self._first_id,), error.env_index + self._first_id,
+                           error.method, error.exc_type, error.message, error.remote_traceback)
+        except Exception as exc:  # unpicklable payload, mismatched spaces, bad options
+            return Failure.from_exception(None, self._first_id, "make", exc)
+        return self._backend.single_observation_space, self._backend.single_action_space
+
+    def node(self) -> str:
+        """The id of the Ray node this host runs on."""
+        import ray  # only ever called inside a Ray actor
+
+        return ray.get_runtime_context().get_node_id()
+
+    def pids(self) -> list[int]:
+        """This process and the worker processes under it."""
+        workers: list[int] = getattr(self._backend, "worker_pids", list)()
+        return [os.getpid(), *workers]
+
+    def run(self, call: Call, actions: Batched | None) -> tuple[Reply | Lost, Rows | None]:
+        """Run ``call`` (global ids) to completion; the reply and, for step and reset, the result rows."""
+        assert self._backend is not None, "start() first"
+        backend = self._backend
+        local = shifted(call, -self._first_id)
+        rows = np.array(local.env_ids)
+        if actions is not None:
+            put(backend.buffers.actions, rows, actions)
+        try:
+            backend.dispatch(local)
+            replies = _collect_all(backend, len(rows))
+        except WorkerDiedError as died:
+            return Lost(tuple(i + self._first_id for i in died.env_indices), died.reason), None
+        reply = _merged(local, replies)
+        result = None
+        if isinstance(reply, Done) and reply.call_type in (Step, Reset):
+            result = _rows(backend, rows, with_step=reply.call_type is Step)
+        return shifted(reply, self._first_id), result
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+
+
+def _collect_all(backend: Backend, num_envs: int) -> list[Reply]:
+    """Every reply to the call just dispatched (the caller's InFlight kills this actor if it hangs)."""
+    replies: list[Reply] = []
+    answered = 0
+    while answered < num_envs:
+        for reply in backend.collect(None):
+            replies.append(reply)
+            answered += len(reply.env_ids)
+    return replies
+
+
+def _merged(call: Call, replies: list[Reply]) -> Reply:
+    """One reply for the whole call out of the local backend's per-worker replies."""
+    done: list[Done] = []
+    for reply in replies:
+        if isinstance(reply, Failure):
+            return reply
+        done.append(reply)
+    if len(done) == 1:
+        return done[0]
+    by_env: dict[int, Any] = {}
+    for reply in done:
+        values = reply.values
+        by_env.update(values if isinstance(values, dict) else zip(reply.env_ids, values))
+    merged = by_env if isinstance(done[0].values, dict) else [by_env[i] for i in call.env_ids]
+    return Done(done[0].call_type, call.env_ids, merged)
+
+
+def _rows(backend: Backend, rows: np.ndarray, with_step: bool) -> Rows:
+    buffers = backend.buffers
+    if not with_step:
+        return Rows(take(buffers.obs, rows))
+    return Rows(take(buffers.obs, rows), buffers.reward[rows], buffers.terminated[rows], buffers.truncated[rows])

@@ -1,0 +1,246 @@
+"""The ``ray`` and ``ray-subproc`` backends: groups of envs in Ray actors.
+
+Each actor runs a :class:`~parallelenv.backends.group_host.GroupHost`:
+``ray`` gives every env its own actor (for envs that need their own GPU,
+licence or memory), ``ray-subproc`` gives each actor a group of envs that it
+runs in its own worker processes (one Ray round trip per group, not per env).
+A call is one actor method call per actor; its reply brings the result rows,
+which this backend writes into the caller's buffers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from parallelenv.backends import ray_cluster
+from parallelenv.backends.base import BackendConfig
+from parallelenv.backends.buffers import Buffers
+from parallelenv.backends.env_host import EnvSource, common_spaces
+from parallelenv.backends.group_host import GroupHost, Lost, Rows
+from parallelenv.backends.subproc import pickle_sources
+from parallelenv.batching import put, take, zeros
+from parallelenv.calls import Call, Failure, Reply, Step, split_call
+from parallelenv.errors import WorkerDiedError
+
+CLOSE_GRACE_S = 10.0
+LOSS_GRACE_S = 2.0  # how long a lost actor's error waits for other actors lost with it
+_actor_class: dict[str, Any] = {}
+
+
+@dataclass
+class _Actor:
+    handle: Any
+    env_ids: list[int]
+    node: str = ""
+    death: WorkerDiedError | None = None
+
+
+def _host_class(ray: Any) -> Any:
+    """``ray.remote(GroupHost)``, made once per process: each call exports a new class."""
+    if "class" not in _actor_class:
+        _actor_class["class"] = ray.remote(GroupHost)
+    return _actor_class["class"]
+
+
+class RayBackend:
+    """Envs in ``len(groups)`` Ray actors, each hosting a local backend of kind ``local_mode``."""
+
+    def __init__(
+        self,
+        sources: Sequence[EnvSource],
+        config: BackendConfig,
+        local_mode: str,
+        num_actors: int | None = None,
+        num_workers_per_actor: int | None = None,
+        start_timeout: float | None = 300.0,
+        actor_options: dict[str, Any] | None = None,
+    ) -> None:
+        payloads = pickle_sources(sources)
+        self.num_envs = len(sources)
+        self._ray = ray_cluster.acquire()
+        self._actors: list[_Actor] = []
+        self._pending: dict[Any, _Actor] = {}
+        self._closed = False
+        try:
+            cpus = config.num_cpus if config.num_cpus is not None else self._ray.cluster_resources().get("CPU", 1)
+            if num_actors is None:
+                num_actors = min(self._cpu_nodes(), self.num_envs)
+            if not isinstance(num_actors, int) or not 1 <= num_actors <= self.num_envs:
+                raise ValueError(f"num_actors={num_actors!r}; use an int from 1 to the number of envs ({self.num_envs})")
+            local_options = {}
+            if local_mode == "subproc":
+                workers = num_workers_per_actor or max(1, math.floor(cpus / num_actors))
+                local_options = {"num_workers": workers}
+            options = {
+                "num_cpus": cpus / num_actors,
+                "num_gpus": config.num_gpus / num_actors,
+                "scheduling_strategy": "SPREAD",  # over the cluster's nodes
+                **(actor_options or {}),
+            }
+            groups = np.array_split(np.arange(self.num_envs), num_actors)
+            self._owner = np.repeat(np.arange(num_actors), [len(g) for g in groups])
+            host = _host_class(self._ray).options(**options)
+            for group in groups:
+                ids = group.tolist()
+                handle = host.remote([payloads[i] for i in ids], ids[0], config, local_mode, local_options)
+                self._actors.append(_Actor(handle, ids))
+            self._start(start_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _cpu_nodes(self) -> int:
+        nodes = self._ray.nodes()
+        return max(1, sum(1 for node in nodes if node.get("Alive") and node.get("Resources", {}).get("CPU")))
+
+    def _start(self, timeout: float | None) -> None:
+        ray = self._ray
+        starts = {actor.handle.start.remote(): actor for actor in self._actors}
+        ready, not_ready = ray.wait(list(starts), num_returns=len(starts), timeout=timeout)
+        if not_ready:
+            stuck = [i for ref in not_ready for i in starts[ref].env_ids]
+            raise WorkerDiedError(stuck, f"their actors did not start within {timeout} s (not enough cluster resources?)")
+        spaces = []
+        for ref in ready:
+            started = self._get(ref, starts[ref])
+            if isinstance(started, Failure):
+                started.raise_error()
+            spaces.append(started)
+        self.single_observation_space, self.single_action_space = common_spaces(spaces)
+        nodes = ray.get([actor.handle.node.remote() for actor in self._actors], timeout=timeout)
+        for actor, node in zip(self._actors, nodes, strict=True):
+            actor.node = node
+        self.buffers = Buffers.allocate(self.single_observation_space, self.single_action_space, self.num_envs, zeros)
+
+    def _get(self, ref: Any, actor: _Actor) -> Any:
+        try:
+            return self._ray.get(ref)
+        except self._actor_errors() as lost:
+            raise self._lost(actor, lost) from None
+
+    def _actor_errors(self) -> tuple[type[Exception], ...]:
+        exceptions = self._ray.exceptions
+        return exceptions.RayActorError, exceptions.ActorUnavailableError
+
+    def _lost(self, actor: _Actor, error: Exception) -> WorkerDiedError:
+        """The error for a dead actor, and for every other actor whose call fails with it.
+
+        A lost node takes all its actors at once; their calls fail within
+        moments of each other, so the error waits a little for them and names
+        all their envs, not just the first actor's.
+        """
+        dead = [actor]
+        if self._pending:
+            ready, _ = self._ray.wait(list(self._pending), num_returns=len(self._pending), timeout=LOSS_GRACE_S)
+            for ref in ready:
+                try:
+                    self._ray.get(ref)
+                except self._actor_errors():
+                    dead.append(self._pending[ref])
+        alive = {node["NodeID"] for node in self._ray.nodes() if node.get("Alive")}
+        lost_nodes = sorted({a.node for a in dead if a.node and a.node not in alive})
+        if lost_nodes:
+            reason = f"Ray node {', '.join(lost_nodes)} was lost"
+        else:
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            reason = f"its Ray actor died: {detail}"
+        death = WorkerDiedError(sorted(i for a in dead for i in a.env_ids), reason)
+        for a in dead:
+            a.death = death
+        return death
+
+    def env_nodes(self) -> list[str]:
+        """The Ray node id each env runs on."""
+        return [actor.node for actor in self._actors for _ in actor.env_ids]
+
+    def dispatch(self, call: Call) -> None:
+        owners = self._owner[list(call.env_ids)]
+        for position in np.unique(owners):
+            actor = self._actors[int(position)]
+            if actor.death is not None:
+                raise actor.death
+            actor_call = split_call(call, np.flatnonzero(owners == position).tolist())
+            actions = take(self.buffers.actions, np.array(actor_call.env_ids)) if type(call) is Step else None
+            self._pending[actor.handle.run.remote(actor_call, actions)] = actor
+
+    def collect(self, timeout: float | None) -> list[Reply]:
+        if not self._pending:
+            return []
+        ray = self._ray
+        first, _ = ray.wait(list(self._pending), num_returns=1, timeout=timeout)
+        if not first:
+            return []
+        ready, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=0)
+        replies = []
+        for ref in ready:
+            actor = self._pending.pop(ref)
+            reply, rows = self._get(ref, actor)
+            if isinstance(reply, Lost):
+                raise WorkerDiedError(reply.env_ids, reply.reason)
+            if rows is not None:
+                self._store(np.array(reply.env_ids), rows)
+            replies.append(reply)
+        return replies
+
+    def _store(self, ids: np.ndarray, rows: Rows) -> None:
+        put(self.buffers.obs, ids, rows.obs)
+        if rows.reward is not None:
+            self.buffers.reward[ids] = rows.reward
+            self.buffers.terminated[ids] = rows.terminated
+            self.buffers.truncated[ids] = rows.truncated
+
+    def actor_pids(self) -> list[int]:
+        """The processes of every live actor, with the worker processes under them."""
+        refs = [actor.handle.pids.remote() for actor in self._actors if actor.death is None]
+        return [pid for pids in self._ray.get(refs, timeout=30) for pid in pids]
+
+    def kill(self, env_ids: Sequence[int]) -> list[int]:
+        lost: list[int] = []
+        for position in np.unique(self._owner[list(env_ids)]):
+            actor = self._actors[int(position)]
+            self._ray.kill(actor.handle, no_restart=True)
+            actor.death = WorkerDiedError(actor.env_ids, "it did not answer within call_timeout and was killed")
+            lost.extend(actor.env_ids)
+        return lost
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        ray = self._ray
+        live = [actor for actor in self._actors if actor.death is None]
+        # A graceful close first, so that actors stop their own worker processes.
+        closing = [actor.handle.close.remote() for actor in live]
+        if closing:
+            ray.wait(closing, num_returns=len(closing), timeout=CLOSE_GRACE_S)
+        for actor in self._actors:
+            try:
+                ray.kill(actor.handle, no_restart=True)
+            except Exception:  # already gone with its node
+                pass
+        self._pending.clear()
+        ray_cluster.release()
+
+
+def make_ray(sources: Sequence[EnvSource], config: BackendConfig, **options: Any) -> RayBackend:
+    """``para_mode="ray"``: one actor per env.
+
+    Options: ``start_timeout``, ``actor_options`` (passed to ``.options()`` of
+    every actor, e.g. ``{"resources": {"licence": 1}}``).
+    """
+    return RayBackend(sources, config, local_mode="dummy", num_actors=len(sources), **options)
+
+
+def make_ray_subproc(sources: Sequence[EnvSource], config: BackendConfig, **options: Any) -> RayBackend:
+    """``para_mode="ray-subproc"``: groups of envs, each in an actor's own worker processes.
+
+    Options: ``num_actors`` (default: one per node of the cluster that has
+    CPUs), ``num_workers_per_actor`` (default: the actor's share of
+    ``num_cpus``), ``start_timeout``, ``actor_options``.
+    """
+    return RayBackend(sources, config, local_mode="subproc", **options)

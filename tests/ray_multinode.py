@@ -1,0 +1,68 @@
+"""Run by test_ray.py in a process of its own: a ParallelEnv over a 3-node Ray cluster.
+
+A head and two worker nodes on this machine; the envs must spread over both
+worker nodes; removing one must make the next step raise WorkerDiedError
+naming exactly the envs that lived there, in bounded time, and close() must
+still succeed. Prints one JSON line with what it saw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+
+import ray
+from ray.cluster_utils import Cluster
+
+from envs import counting
+from parallelenv import ParallelEnv, WorkerDiedError
+
+
+def main(mode: str) -> None:
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "include_dashboard": False},
+    )
+    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": ":".join(sys.path)}})
+    seen: dict = {"mode": mode}
+    try:
+        penv = ParallelEnv([counting(i, 1000) for i in range(4)], para_mode=mode)
+        penv.reset(seed=0)
+        penv.step([0, 0, 0, 0])
+        nodes = penv._backend.env_nodes()
+        seen["nodes_used"] = len(set(nodes))
+        doomed = workers[0]
+        seen["expected"] = [i for i, node in enumerate(nodes) if node == doomed.node_id]
+        # A machine that is lost takes its processes with it: the raylet, and
+        # the actors (with their worker processes) that ran there.
+        doomed_pids = [pid for actor in penv._backend._actors if actor.node == doomed.node_id
+                       for pid in ray.get(actor.handle.pids.remote())]
+        cluster.remove_node(doomed, allow_graceful=False)
+        for pid in doomed_pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        started = time.monotonic()
+        try:
+            penv.step([0, 0, 0, 0])
+            seen["raised"] = None
+        except WorkerDiedError as died:
+            seen["raised"] = sorted(died.env_indices)
+            seen["reason"] = died.reason
+        seen["seconds"] = time.monotonic() - started
+        penv.close()
+        seen["closed"] = True
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    print(json.dumps(seen), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

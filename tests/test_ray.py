@@ -1,0 +1,85 @@
+"""What only the Ray backends have: actors that die, nodes that leave, clusters we did not start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import HAS_RAY, assert_gone
+from envs import counting
+from parallelenv import ParallelEnv, WorkerDiedError
+
+pytestmark = pytest.mark.skipif(not HAS_RAY, reason="Ray is not installed")
+TESTS_DIR = Path(__file__).resolve().parent
+RAY_MODES = ["ray", "ray-subproc"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", RAY_MODES)
+def test_a_killed_actor_raises_worker_died_naming_its_envs(ray_session, mode):
+    options = {"num_actors": 2, "num_workers_per_actor": 1} if mode == "ray-subproc" else {}
+    penv = ParallelEnv([counting(i, 100) for i in range(4)], para_mode=mode, **options)
+    pids = penv._backend.actor_pids()
+    penv.reset(seed=0)
+    victim = penv._backend._actors[-1]
+    ray_session.kill(victim.handle, no_restart=True)
+    with pytest.raises(WorkerDiedError) as caught:
+        penv.step([0, 0, 0, 0])
+    assert caught.value.env_indices == victim.env_ids
+    with pytest.raises(WorkerDiedError):
+        penv.get_env_attr("gravity")
+    penv.close()
+    assert_gone(pids)
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_worker_process_inside_an_actor_names_only_its_envs(ray_session):
+    penv = ParallelEnv([counting(i, 100) for i in range(4)], para_mode="ray-subproc",
+                       num_actors=1, num_workers_per_actor=2)
+    pids = penv._backend.actor_pids()
+    penv.reset(seed=0)
+    actor_pid, *worker_pids = pids
+    os.kill(worker_pids[1], 9)  # the worker of envs 2 and 3
+    with pytest.raises(WorkerDiedError) as caught:
+        penv.step([0, 0, 0, 0])
+    assert caught.value.env_indices == [2, 3]
+    assert "SIGKILL" in caught.value.reason
+    penv.close()
+    assert_gone(pids)
+
+
+@pytest.mark.timeout(120)
+def test_a_cluster_we_did_not_start_is_left_running(ray_session):
+    with ParallelEnv([counting(i) for i in range(2)], para_mode="ray") as penv:
+        penv.reset(seed=0)
+    assert ray_session.is_initialized()
+    assert ray_session.get(ray_session.put(7)) == 7
+
+
+def test_missing_ray_says_what_to_install(monkeypatch):
+    import parallelenv.backends.ray_cluster as ray_cluster
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets without the package
+    with pytest.raises(ImportError, match=r"parallelenv\[ray\]"):
+        ray_cluster.import_ray()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("mode", RAY_MODES)
+def test_losing_a_node_names_exactly_its_envs(mode):
+    """A head and two worker nodes (ray.cluster_utils.Cluster), in a process of its own."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)])}
+    done = subprocess.run([sys.executable, str(TESTS_DIR / "ray_multinode.py"), mode], env=env,
+                          capture_output=True, text=True, timeout=360)
+    assert done.returncode == 0, done.stderr[-4000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["nodes_used"] == 2  # the envs were spread over both worker nodes
+    assert seen["expected"] and seen["raised"] == seen["expected"], seen
+    assert seen["seconds"] < 60, seen
+    assert seen["closed"], seen
