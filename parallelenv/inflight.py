@@ -97,22 +97,23 @@ class InFlight:
             self.broken = died
             raise
 
-    def wait(self, satisfied: Callable[[], bool], deadline: float | None, drain: bool) -> None:
+    def wait(self, satisfied: Callable[[], bool], deadline: float | None, drain: bool, want_all: bool = False) -> None:
         """Absorb replies until ``satisfied()``, the deadline, or no call left pending.
 
         Without ``drain`` a failure also ends the wait (recv raises it at once;
         the replies still in flight stay pending for the next recv). With it,
         the wait goes on until ``satisfied()``, so that a call that raises
         leaves none of its own replies in flight to be mistaken later for
-        the answer to another call.
+        the answer to another call. ``want_all`` says that ``satisfied`` needs
+        every pending reply, so the backend may wait for all at once.
         """
+        runs_in_caller = getattr(self.backend, "runs_in_caller", False)
         while not satisfied() and (drain or not self.failures):
             if self.num_pending == 0:
                 return
             try:
-                # What has arrived already needs no deadline arithmetic (the
-                # in-process backend's replies are always there).
-                replies = self.backend.collect(0.0) or self._block_for_replies(deadline)
+                # Replies already there need no deadline arithmetic.
+                replies = (runs_in_caller and self.backend.collect(0.0)) or self._block_for_replies(deadline, want_all)
             except WorkerDiedError as died:
                 self.broken = died
                 raise
@@ -121,7 +122,7 @@ class InFlight:
             for reply in replies:
                 self._absorb(reply)
 
-    def _block_for_replies(self, deadline: float | None) -> list[Reply] | None:
+    def _block_for_replies(self, deadline: float | None, want_all: bool) -> list[Reply] | None:
         """Wait for replies up to ``deadline``; kill whatever has hung past ``call_timeout``."""
         now = time.monotonic()
         if deadline is not None and now >= deadline:
@@ -129,7 +130,7 @@ class InFlight:
         pending = self.state == PENDING
         hang_at = None if self.call_timeout is None else self._sent_at[pending].min() + self.call_timeout
         until = min((t for t in (deadline, hang_at) if t is not None), default=None)
-        replies = self.backend.collect(None if until is None else max(0.0, until - now))
+        replies = self.backend.collect(None if until is None else max(0.0, until - now), want_all)
         if not replies and hang_at is not None and time.monotonic() >= hang_at:
             self._kill_hung(pending)
         return replies

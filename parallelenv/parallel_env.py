@@ -197,7 +197,7 @@ class ParallelEnv:
         arguments.check_align(align)
         self._send(actions, ids)
         calls = self._calls
-        calls.wait(calls.answered(ids), None, drain=True)
+        calls.wait(calls.answered(ids), None, drain=True, want_all=ids is calls.all_ids)
         if calls.failures:
             calls.receive(ids)  # every env of this step has answered; the results go with the error
             calls.raise_failure()
@@ -227,7 +227,7 @@ class ParallelEnv:
         if not isinstance(wait_num, int) or not 1 <= wait_num <= outstanding:
             raise ValueError(f"wait_num={wait_num!r}; use an int from 1 to the {outstanding} envs pending")
         deadline = None if timeout is None else time.monotonic() + timeout
-        calls.wait(lambda: calls.num_ready >= wait_num, deadline, drain=False)
+        calls.wait(lambda: calls.num_ready >= wait_num, deadline, drain=False, want_all=wait_num == outstanding)
         if calls.failures:
             calls.raise_failure()
         return self._take_results(calls.ready_in_send_order(), align, with_env_id=True)
@@ -296,7 +296,7 @@ class ParallelEnv:
         calls.require_idle(ids, f"call {type(call).__name__} on")
         calls.call_values = {}
         calls.dispatch(call, ids)
-        calls.wait(calls.answered(ids), None, drain=True)
+        calls.wait(calls.answered(ids), None, drain=True, want_all=ids is calls.all_ids)
         values, calls.call_values = calls.call_values, {}
         if calls.failures:
             calls.raise_failure()

@@ -115,6 +115,7 @@ def ray_session() -> Iterator[Any]:
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
+        configure_logging=False,  # its handlers would outlive pytest's captured streams
         runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)])}},
     )
     yield ray

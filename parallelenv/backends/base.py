@@ -38,10 +38,15 @@ class Backend(Protocol):
     single_observation_space: gym.Space
     single_action_space: gym.Space
     buffers: Buffers
+    #: Replies exist by the time ``dispatch`` returns (calls run in the caller).
+    runs_in_caller: bool
 
     def dispatch(self, call: Call) -> None: ...
 
-    def collect(self, timeout: float | None) -> list[Reply]: ...
+    def collect(self, timeout: float | None, want_all: bool = False) -> list[Reply]:
+        """Replies that have arrived; with ``want_all`` the caller needs every pending one,
+        so a backend may wait for all of them (up to ``timeout``) instead of the first."""
+        ...
 
     def kill(self, env_ids: Sequence[int]) -> list[int]:
         """Kill whatever hosts ``env_ids`` (they hang); return every env id lost with them."""

@@ -15,6 +15,8 @@ from parallelenv.calls import Call, Failure, Reply
 class DummyBackend:
     """Runs each call at once, in the caller; ``collect`` hands back the replies."""
 
+    runs_in_caller = True
+
     def __init__(self, sources: Sequence[EnvSource], config: BackendConfig, **options: Any) -> None:
         unknown_options("dummy", options)
         self._no_warning = config.no_warning
@@ -42,7 +44,7 @@ class DummyBackend:
         else:
             self._replies.append(self._group.run(call))
 
-    def collect(self, timeout: float | None) -> list[Reply]:
+    def collect(self, timeout: float | None, want_all: bool = False) -> list[Reply]:
         replies, self._replies = self._replies, []
         return replies
 

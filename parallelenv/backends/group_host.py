@@ -11,12 +11,14 @@ buffers. It imports nothing of Ray: the Ray backend wraps it.
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
 import numpy as np
 
+from parallelenv.backends import wire
 from parallelenv.backends.base import Backend, BackendConfig
 from parallelenv.backends.dummy import DummyBackend
 from parallelenv.backends.subproc import SubprocBackend
@@ -83,6 +85,11 @@ class GroupHost:
         workers: list[int] = getattr(self._backend, "worker_pids", list)()
         return [os.getpid(), *workers]
 
+    def run_encoded(self, message: bytes) -> bytes:
+        """:meth:`run` over pickles: Ray passes bytes through far cheaper than it pickles objects itself."""
+        call, actions = pickle.loads(message)
+        return wire.encode(self.run(call, actions))
+
     def run(self, call: Call, actions: Batched | None) -> tuple[Reply | Lost, Rows | None]:
         """Run ``call`` (global ids) to completion; the reply and, for step and reset, the result rows."""
         assert self._backend is not None, "start() first"
@@ -112,7 +119,7 @@ def _collect_all(backend: Backend, num_envs: int) -> list[Reply]:
     replies: list[Reply] = []
     answered = 0
     while answered < num_envs:
-        for reply in backend.collect(None):
+        for reply in backend.collect(None, want_all=True):
             replies.append(reply)
             answered += len(reply.env_ids)
     return replies

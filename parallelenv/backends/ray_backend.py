@@ -11,20 +11,22 @@ which this backend writes into the caller's buffers.
 from __future__ import annotations
 
 import math
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from parallelenv.backends import ray_cluster
+from parallelenv.backends import ray_cluster, wire
 from parallelenv.backends.base import BackendConfig
 from parallelenv.backends.buffers import Buffers
 from parallelenv.backends.env_host import EnvSource, common_spaces
 from parallelenv.backends.group_host import GroupHost, Lost, Rows
+from parallelenv.backends.groups import Groups
 from parallelenv.backends.subproc import pickle_sources
 from parallelenv.batching import put, take, zeros
-from parallelenv.calls import Call, Failure, Reply, Step, split_call
+from parallelenv.calls import Call, Failure, Reply, Step
 from parallelenv.errors import WorkerDiedError
 
 CLOSE_GRACE_S = 10.0
@@ -49,6 +51,8 @@ def _host_class(ray: Any) -> Any:
 
 class RayBackend:
     """Envs in ``len(groups)`` Ray actors, each hosting a local backend of kind ``local_mode``."""
+
+    runs_in_caller = False
 
     def __init__(
         self,
@@ -82,11 +86,9 @@ class RayBackend:
                 "scheduling_strategy": "SPREAD",  # over the cluster's nodes
                 **(actor_options or {}),
             }
-            groups = np.array_split(np.arange(self.num_envs), num_actors)
-            self._owner = np.repeat(np.arange(num_actors), [len(g) for g in groups])
+            self._groups = Groups(self.num_envs, num_actors)
             host = _host_class(self._ray).options(**options)
-            for group in groups:
-                ids = group.tolist()
+            for ids in self._groups.members:
                 handle = host.remote([payloads[i] for i in ids], ids[0], config, local_mode, local_options)
                 self._actors.append(_Actor(handle, ids))
             self._start(start_timeout)
@@ -135,13 +137,15 @@ class RayBackend:
         all their envs, not just the first actor's.
         """
         dead = [actor]
-        if self._pending:
-            ready, _ = self._ray.wait(list(self._pending), num_returns=len(self._pending), timeout=LOSS_GRACE_S)
+        others = [ref for ref, other in self._pending.items() if other is not actor]
+        if others:
+            ready, _ = self._ray.wait(others, num_returns=len(others), timeout=LOSS_GRACE_S)
             for ref in ready:
                 try:
                     self._ray.get(ref)
                 except self._actor_errors():
-                    dead.append(self._pending[ref])
+                    if self._pending[ref] not in dead:
+                        dead.append(self._pending[ref])
         alive = {node["NodeID"] for node in self._ray.nodes() if node.get("Alive")}
         lost_nodes = sorted({a.node for a in dead if a.node and a.node not in alive})
         if lost_nodes:
@@ -159,27 +163,32 @@ class RayBackend:
         return [actor.node for actor in self._actors for _ in actor.env_ids]
 
     def dispatch(self, call: Call) -> None:
-        owners = self._owner[list(call.env_ids)]
-        for position in np.unique(owners):
-            actor = self._actors[int(position)]
+        for group, actor_call in self._groups.split(call):
+            actor = self._actors[group]
             if actor.death is not None:
                 raise actor.death
-            actor_call = split_call(call, np.flatnonzero(owners == position).tolist())
             actions = take(self.buffers.actions, np.array(actor_call.env_ids)) if type(call) is Step else None
-            self._pending[actor.handle.run.remote(actor_call, actions)] = actor
+            self._pending[actor.handle.run_encoded.remote(wire.encode((actor_call, actions)))] = actor
 
-    def collect(self, timeout: float | None) -> list[Reply]:
+    def collect(self, timeout: float | None, want_all: bool = False) -> list[Reply]:
         if not self._pending:
             return []
         ray = self._ray
-        first, _ = ray.wait(list(self._pending), num_returns=1, timeout=timeout)
-        if not first:
+        refs = list(self._pending)
+        # Each ray.wait is a round trip to the core worker: one for all replies
+        # when the caller needs all of them, else the first and whatever else is in.
+        ready, _ = ray.wait(refs, num_returns=len(refs) if want_all else 1, timeout=timeout)
+        if not ready:
             return []
-        ready, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=0)
+        if len(ready) < len(refs) and not want_all:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        try:
+            results = ray.get(ready)  # one round trip for all of them
+        except self._actor_errors():
+            results = [self._get(ref, self._pending[ref]) for ref in ready]  # finds the dead one
         replies = []
-        for ref in ready:
-            actor = self._pending.pop(ref)
-            reply, rows = self._get(ref, actor)
+        for ref, (reply, rows) in zip(ready, map(pickle.loads, results), strict=True):
+            del self._pending[ref]
             if isinstance(reply, Lost):
                 raise WorkerDiedError(reply.env_ids, reply.reason)
             if rows is not None:
@@ -201,8 +210,8 @@ class RayBackend:
 
     def kill(self, env_ids: Sequence[int]) -> list[int]:
         lost: list[int] = []
-        for position in np.unique(self._owner[list(env_ids)]):
-            actor = self._actors[int(position)]
+        for group in self._groups.hosting(env_ids):
+            actor = self._actors[group]
             self._ray.kill(actor.handle, no_restart=True)
             actor.death = WorkerDiedError(actor.env_ids, "it did not answer within call_timeout and was killed")
             lost.extend(actor.env_ids)

@@ -28,14 +28,14 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import cloudpickle
-import numpy as np
 
 from parallelenv.backends.base import BackendConfig, available_cpus
 from parallelenv.backends.env_host import EnvSource, common_spaces
+from parallelenv.backends.groups import Groups
 from parallelenv.backends.shm import SharedBuffers
 from parallelenv.backends import wire
 from parallelenv.backends.worker import CLOSE, Attach, Ready, worker_main
-from parallelenv.calls import Call, Failure, Reply, Step, split_call
+from parallelenv.calls import Call, Failure, Reply, Step
 from parallelenv.errors import WorkerDiedError
 
 CLOSE_GRACE_S = 5.0
@@ -148,6 +148,8 @@ def _exit_reason(exitcode: int | None) -> str:
 class SubprocBackend:
     """Envs in ``num_workers`` processes (default: one per CPU, at most one per env).
 
+    runs_in_caller = False
+
     Options (keyword arguments of ParallelEnv):
         num_workers: how many worker processes.
         start_method: ``"forkserver"`` (default on Linux), ``"spawn"`` or ``"fork"``.
@@ -178,12 +180,10 @@ class SubprocBackend:
         # each forked worker starts its own, which unlinks our segment when
         # the worker exits.
         resource_tracker.ensure_running()
-        groups = np.array_split(np.arange(num_envs), num_workers)
-        # owner[i] is the position in self._workers of the worker hosting env i.
-        self._owner = np.repeat(np.arange(num_workers), [len(g) for g in groups])
+        self._groups = Groups(num_envs, num_workers)
         try:
-            for group in groups:
-                self._workers.append(self._start_worker(ctx, payloads, group.tolist(), config))
+            for env_ids in self._groups.members:
+                self._workers.append(self._start_worker(ctx, payloads, env_ids, config))
             self._handshake(start_timeout)
             self._watch()
         except BaseException:
@@ -256,17 +256,11 @@ class SubprocBackend:
             worker.sent.append(worker_call.env_ids)
 
     def _route(self, call: Call) -> list[tuple[_Worker, Call]]:
-        if call.env_ids == self._all_ids:
-            if type(call) is Step:
-                return self._group_steps
-            return [(worker, split_call(call, worker.env_ids)) for worker in self._workers]
-        owners = self._owner[list(call.env_ids)]
-        return [
-            (self._workers[int(position)], split_call(call, np.flatnonzero(owners == position).tolist()))
-            for position in np.unique(owners)
-        ]
+        if type(call) is Step and call.env_ids == self._all_ids:
+            return self._group_steps
+        return [(self._workers[group], group_call) for group, group_call in self._groups.split(call)]
 
-    def collect(self, timeout: float | None) -> list[Reply]:
+    def collect(self, timeout: float | None, want_all: bool = False) -> list[Reply]:
         if not any(worker.sent for worker in self._workers):
             return []
         events = self._poll.poll(None if timeout is None else math.ceil(timeout * 1000))
@@ -294,8 +288,8 @@ class SubprocBackend:
 
     def kill(self, env_ids: Sequence[int]) -> list[int]:
         lost: list[int] = []
-        for position in np.unique(self._owner[list(env_ids)]):
-            worker = self._workers[int(position)]
+        for group in self._groups.hosting(env_ids):
+            worker = self._workers[group]
             worker.process.kill()
             self._lost(worker, "it did not answer within call_timeout and was killed")
             lost.extend(worker.env_ids)
