@@ -72,7 +72,7 @@ def print_table(rows: list[dict[str, Any]], num_envs: int, steps: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--modes", nargs="*", default=backend_names())
     args = parser.parse_args(argv)
     actions = np.random.default_rng(0).integers(0, 2, size=(args.steps, args.num_envs))

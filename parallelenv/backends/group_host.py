@@ -59,8 +59,8 @@ class GroupHost:
         self._local_options = local_options
         self._backend: Backend | None = None
 
-    def start(self) -> Failure | tuple[Any, Any]:
-        """Build the envs; their shared spaces, or the Failure of the first env that could not be built."""
+    def start(self) -> Failure | tuple[Any, Any, str]:
+        """Build the envs; their spaces and this host's Ray node, or the Failure of the first env that failed."""
         try:
             sources = [cloudpickle.loads(payload) for payload in self._payloads]
             options = dict(self._local_options)
@@ -72,7 +72,7 @@ class GroupHost:
                            error.method, error.exc_type, error.message, error.remote_traceback)
         except Exception as exc:  # unpicklable payload, mismatched spaces, bad options
             return Failure.from_exception(None, self._first_id, "make", exc)
-        return self._backend.single_observation_space, self._backend.single_action_space
+        return self._backend.single_observation_space, self._backend.single_action_space, self.node()
 
     def node(self) -> str:
         """The id of the Ray node this host runs on."""

@@ -112,11 +112,9 @@ class RayBackend:
             started = self._get(ref, starts[ref])
             if isinstance(started, Failure):
                 started.raise_error()
-            spaces.append(started)
+            *pair, starts[ref].node = started
+            spaces.append(tuple(pair))
         self.single_observation_space, self.single_action_space = common_spaces(spaces)
-        nodes = ray.get([actor.handle.node.remote() for actor in self._actors], timeout=timeout)
-        for actor, node in zip(self._actors, nodes, strict=True):
-            actor.node = node
         self.buffers = Buffers.allocate(self.single_observation_space, self.single_action_space, self.num_envs, zeros)
 
     def _get(self, ref: Any, actor: _Actor) -> Any:

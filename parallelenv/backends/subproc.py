@@ -34,7 +34,7 @@ from parallelenv.backends.env_host import EnvSource, common_spaces
 from parallelenv.backends.groups import Groups
 from parallelenv.backends.shm import SharedBuffers
 from parallelenv.backends import wire
-from parallelenv.backends.worker import CLOSE, Attach, Ready, worker_main
+from parallelenv.backends.worker import CLOSE, LINGER_S, Attach, Ready, worker_main
 from parallelenv.calls import Call, Failure, Reply, Step
 from parallelenv.errors import WorkerDiedError
 
@@ -182,8 +182,9 @@ class SubprocBackend:
         resource_tracker.ensure_running()
         self._groups = Groups(num_envs, num_workers)
         try:
+            linger_s = LINGER_S if num_workers <= available_cpus() else 0.0
             for env_ids in self._groups.members:
-                self._workers.append(self._start_worker(ctx, payloads, env_ids, config))
+                self._workers.append(self._start_worker(ctx, payloads, env_ids, config, linger_s))
             self._handshake(start_timeout)
             self._watch()
         except BaseException:
@@ -204,12 +205,14 @@ class SubprocBackend:
         self._group_steps: list[tuple[_Worker, Call]] = [(w, Step(w.group_ids)) for w in self._workers]
 
     @staticmethod
-    def _start_worker(ctx: Any, payloads: list[bytes], env_ids: list[int], config: BackendConfig) -> _Worker:
+    def _start_worker(
+        ctx: Any, payloads: list[bytes], env_ids: list[int], config: BackendConfig, linger_s: float
+    ) -> _Worker:
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         group_payloads = [payloads[i] for i in env_ids]
         process = ctx.Process(
             target=worker_main,
-            args=(child_conn, group_payloads, env_ids[0], config.restart, config.no_warning),
+            args=(child_conn, group_payloads, env_ids[0], config.restart, config.no_warning, linger_s),
             name=f"parallelenv-worker-{env_ids[0]}-{env_ids[-1]}",
             daemon=True,
         )

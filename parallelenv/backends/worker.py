@@ -49,8 +49,10 @@ class Close:
 CLOSE = Close()
 
 
-def worker_main(conn: Connection, payloads: list[bytes], first_id: int, restart: bool, no_warning: bool) -> None:
-    """Entry point of a worker process."""
+def worker_main(
+    conn: Connection, payloads: list[bytes], first_id: int, restart: bool, no_warning: bool, linger_s: float
+) -> None:
+    """Entry point of a worker process; ``linger_s`` as in :func:`_serve`."""
     # Ctrl-C reaches the whole process group; the parent decides, and closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if no_warning:
@@ -69,7 +71,7 @@ def worker_main(conn: Connection, payloads: list[bytes], first_id: int, restart:
         # The envs and imports live as long as the process: keep the collector from re-scanning them.
         gc.freeze()
         conn.send_bytes(wire.encode(Ready([])))
-        _serve(conn, group)
+        _serve(conn, group, linger_s)
     except (EOFError, OSError):
         pass  # the parent is gone: nobody is left to answer
     finally:
@@ -103,20 +105,23 @@ def _start(conn: Connection, payloads: list[bytes], first_id: int, restart: bool
 
 
 # How long a worker keeps looking for its next call after answering, before it
-# sleeps. On virtual machines a CPU that has slept longer than the guest's
-# halt-polling window (~50-200 us) takes the waker ~200 us to wake, on every
-# step; parents turn a step around in about that time. The look yields the
-# CPU on every turn, so it only uses cycles that no other process wants.
+# sleeps, when it has a core of its own. On virtual machines a CPU that has
+# slept longer than the guest's halt-polling window (~50-200 us) takes the
+# waker ~200 us to wake, on every step; parents turn a step around in about
+# that time. The look yields the CPU on every turn, so it only uses cycles
+# that no other process wants; with more workers than cores those cycles are
+# wanted, and workers sleep at once.
 LINGER_S = 0.0003
 
 
-def _serve(conn: Connection, group: EnvGroup) -> None:
+def _serve(conn: Connection, group: EnvGroup, linger_s: float) -> None:
     recv, send, run = conn.recv_bytes, conn.send_bytes, group.run
     group_step = Step(group.all_ids)
     incoming = select.poll()
     incoming.register(conn.fileno(), select.POLLIN)
     while True:
-        linger(incoming, LINGER_S)
+        if linger_s:
+            linger(incoming, linger_s)
         call = wire.decode_call(recv(), group_step)
         if isinstance(call, Close):
             return
