@@ -56,17 +56,19 @@ def run_backend(mode: str, num_envs: int, steps: int, actions: np.ndarray) -> di
 def print_table(rows: list[dict[str, Any]], num_envs: int, steps: int) -> None:
     reference = next((row["checksum"] for row in rows if "checksum" in row), None)
     print(f"\nCartPole-v1, {num_envs} envs, {steps} steps each, asynchronous='restart', seed 0\n")
-    print(f"| {'backend':<10} | {'env-steps/s':>12} | {'start-up s':>10} | {'episodes':>8} | same trajectory |")
-    print(f"|{'-' * 12}|{'-' * 14}|{'-' * 12}|{'-' * 10}|{'-' * 17}|")
+    print(f"| {'backend':<11} | {'env-steps/s':>12} | {'start-up s':>10} | {'episodes':>8} | same trajectory |")
+    print(f"|{'-' * 13}|{'-' * 14}|{'-' * 12}|{'-' * 10}|{'-' * 17}|")
     for row in rows:
         if "error" in row:
-            print(f"| {row['mode']:<10} | {'not run: ' + row['error']}")
+            print(f"| {row['mode']:<11} | {'not run: ' + row['error']}")
             continue
         same = "yes" if row["checksum"] == reference else "NO"
         print(
-            f"| {row['mode']:<10} | {row['steps_per_s']:>12,.0f} | {row['startup_s']:>10.2f} "
+            f"| {row['mode']:<11} | {row['steps_per_s']:>12,.0f} | {row['startup_s']:>10.2f} "
             f"| {row['episodes']:>8} | {same:<15} |"
         )
+    if any(row["mode"].startswith("ray") for row in rows):
+        print("\nThe first Ray backend's start-up includes starting a local Ray cluster.")
 
 
 def main(argv: list[str] | None = None) -> None:
