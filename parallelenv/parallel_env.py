@@ -183,8 +183,8 @@ class ParallelEnv:
         self._calls.finished[ids] = False
         obs = take(self._backend.buffers.obs, None if ids is self._calls.all_ids else ids)
         if align == "batch":
-            return batch_results(obs, None, ids, infos, None, reset=True)
-        return item_results(obs, None, ids, infos, None, reset=True)
+            return batch_results(obs, None, ids, infos, None)
+        return item_results(obs, None, ids, infos, None)
 
     def step(self, actions: Any, id: Any = None, align: str = "item") -> Any:
         """Step the envs of ``id`` with one action each; returns their results.

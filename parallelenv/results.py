@@ -25,14 +25,13 @@ def item_results(
     infos: dict[int, dict[str, Any]],
     none_result: np.ndarray | None,
     env_ids: np.ndarray | None = None,
-    reset: bool = False,
 ) -> Any:
-    """``(obs, info)`` after a reset, else ``(obs, reward, terminated, truncated, info)``."""
+    """``(obs, info)`` after a reset (no ``step_arrays``), else ``(obs, reward, terminated, truncated, info)``."""
     n = len(ids)
     info = vector_info(_by_position(ids, infos), n) if infos else {}
     if env_ids is not None:
         info["env_id"], info["_env_id"] = env_ids.copy(), np.ones(n, dtype=bool)
-    if reset or step_arrays is None:
+    if step_arrays is None:
         return obs, info
     reward, terminated, truncated = step_arrays
     if none_result is not None and none_result.any():
@@ -60,15 +59,14 @@ def batch_results(
     infos: dict[int, dict[str, Any]],
     none_result: np.ndarray | None,
     env_ids: np.ndarray | None = None,
-    reset: bool = False,
 ) -> list[tuple[Any, ...]]:
-    """A list of ``(obs, info)`` after a reset, else of ``(obs, reward, terminated, truncated, info)``."""
+    """Per env ``(obs, info)`` after a reset (no ``step_arrays``), else ``(obs, reward, terminated, truncated, info)``."""
     results: list[tuple[Any, ...]] = []
     for p, i in enumerate(ids.tolist()):
         info = infos.get(i, {})
         if env_ids is not None:
             info = {**info, "env_id": i}
-        if reset or step_arrays is None:
+        if step_arrays is None:
             results.append((unbatch(obs, p), info))
         elif none_result is not None and none_result[p]:
             results.append(NONE_RESULT[:4] + (info if env_ids is not None else {},))

@@ -157,8 +157,11 @@ class EnvGroup:
 
     def _step(self, call: Step) -> Reply:
         ids = call.env_ids
-        rows: slice | list[int] = self._all_rows if ids == self.all_ids else list(ids)
-        envs = self.envs if ids == self.all_ids else [self.envs[i - self.first_id] for i in ids]
+        if ids == self.all_ids:
+            rows: slice | list[int] = self._all_rows
+            envs = self.envs
+        else:
+            rows, envs = list(ids), [self.envs[i - self.first_id] for i in ids]
         results = []
         restart = self.restart
         for env_id, env, action in zip(ids, envs, self._read_actions(rows), strict=True):
