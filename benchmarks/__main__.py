@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 from tqdm import tqdm
 
 from benchmarks import report
-from benchmarks.machine import describe, load_average, machine_line
+from benchmarks.machine import describe, load_average, machine_line, wait_for_quiet
 from benchmarks.measure import Measurement
 from benchmarks.workloads import WORKLOADS
 from benchmarks.wrappers import WRAPPERS, default_wrappers
@@ -86,7 +85,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, int]]:
 def run_pair(workload: str, wrapper: str, steps: int, args: argparse.Namespace,
              log_dir: Path) -> dict[str, Any]:
     """Measure one pair in a fresh interpreter; a crash or hang becomes an error row."""
-    _wait_for_quiet()
+    wait_for_quiet()
     with tempfile.TemporaryDirectory() as tmp:
         result_path = Path(tmp) / "result.json"
         command = [sys.executable, "-m", "benchmarks._one", "--workload", workload,
@@ -98,18 +97,6 @@ def run_pair(workload: str, wrapper: str, steps: int, args: argparse.Namespace,
         if result_path.exists():
             return json.loads(result_path.read_text())
     return _crashed(workload, wrapper, steps, returncode, log_path, args.timeout)
-
-
-def _wait_for_quiet(busy_percent: float = 10.0, patience_s: float = 20.0) -> None:
-    """Start a pair only once the machine is idle again.
-
-    The processes of the pair before (64 of them for some peers) take a while
-    to die and be reaped, and Ray's take seconds; measured while that goes on,
-    a pair loses up to half its speed.
-    """
-    give_up = time.monotonic() + patience_s
-    while psutil.cpu_percent(interval=0.5) > busy_percent and time.monotonic() < give_up:
-        pass
 
 
 def _run_in_own_group(command: list[str], log: Any, timeout: float) -> int | None:

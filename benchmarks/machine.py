@@ -11,6 +11,7 @@ import datetime
 import importlib.metadata
 import os
 import platform
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +77,15 @@ def machine_line(info: dict[str, Any]) -> str:
     libs = ", ".join(f"{name} {version}" for name, version in info["versions"].items())
     return (f"{info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB, "
             f"{info['os']}, Python {info['python']}; {libs}")
+
+
+def wait_for_quiet(busy_percent: float = 10.0, patience_s: float = 20.0) -> None:
+    """Return once the machine is idle again, or after ``patience_s``.
+
+    Processes started just before (64 workers of the previous pair, or the
+    worker pool Ray starts after ``ray.init`` returns) take a while to boot
+    or die; measured while that goes on, a wrapper loses up to half its speed.
+    """
+    give_up = time.monotonic() + patience_s
+    while psutil.cpu_percent(interval=0.5) > busy_percent and time.monotonic() < give_up:
+        pass

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.machine import wait_for_quiet
+
 EnvFactory = Callable[[], Any]
 
 # Kinds group wrappers that do the same job, so that a ratio compares like
@@ -96,6 +98,9 @@ def ray_cluster() -> Iterator[None]:
         # envs, and both cost CPU on a 2-core machine.
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
+        # ray.init returns while Ray still boots its pool of idle workers;
+        # that is the cluster's start-up, not the wrapper's.
+        wait_for_quiet()
     try:
         yield
     finally:
