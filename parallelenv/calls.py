@@ -10,6 +10,7 @@ which for the subprocess backend is shared memory.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar, Union
@@ -123,12 +124,17 @@ Reply = Union[Done, Failure]
 
 def split_call(call: Call, positions: list[int]) -> Call:
     """Keep only the envs at ``positions`` of ``call.env_ids``, with their per-env data."""
-    changes: dict[str, Any] = {"env_ids": tuple(call.env_ids[p] for p in positions)}
-    for f in dataclasses.fields(call):
-        if f.metadata.get("per_env"):
-            values = getattr(call, f.name)
-            changes[f.name] = tuple(values[p] for p in positions)
-    return dataclasses.replace(call, **changes)
+    env_ids = tuple(call.env_ids[p] for p in positions)
+    per_env = _per_env_fields(type(call))
+    if not per_env:  # a step: the hot path of k-of-n stepping
+        return dataclasses.replace(call, env_ids=env_ids)
+    changes: dict[str, Any] = {name: tuple(getattr(call, name)[p] for p in positions) for name in per_env}
+    return dataclasses.replace(call, env_ids=env_ids, **changes)
+
+
+@functools.cache
+def _per_env_fields(call_type: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(call_type) if f.metadata.get("per_env"))
 
 
 def method_name(call: Call) -> str:
