@@ -10,7 +10,6 @@ which for the subprocess backend is shared memory.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar, Union
@@ -132,9 +131,13 @@ def split_call(call: Call, positions: list[int]) -> Call:
     return dataclasses.replace(call, env_ids=env_ids, **changes)
 
 
-@functools.cache
-def _per_env_fields(call_type: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(call_type) if f.metadata.get("per_env"))
+_PER_ENV_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _per_env_fields(call_type: Any) -> tuple[str, ...]:
+    if call_type not in _PER_ENV_FIELDS:
+        _PER_ENV_FIELDS[call_type] = tuple(f.name for f in dataclasses.fields(call_type) if f.metadata.get("per_env"))
+    return _PER_ENV_FIELDS[call_type]
 
 
 def method_name(call: Call) -> str:
