@@ -52,7 +52,16 @@ class CallMethod:
     data: tuple[Any, ...] = field(metadata=PER_ENV)
 
 
-Call = Union[Reset, Step, GetAttr, SetAttr, CallMethod]
+@dataclass(frozen=True)
+class ReplaceEnv:
+    """Close each env named and put a new one, built from its source, in its place."""
+
+    env_ids: tuple[int, ...]
+    # One gym.Env or zero-argument factory per env; a factory is called where the env runs.
+    sources: tuple[Any, ...] = field(metadata=PER_ENV)
+
+
+Call = Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv]
 
 
 class _NoArgument:
@@ -135,10 +144,12 @@ def method_name(call: Call) -> str:
     """The env-facing name of a call, as used in error messages."""
     if isinstance(call, (GetAttr, SetAttr, CallMethod)):
         return call.name
+    if isinstance(call, ReplaceEnv):
+        return "replace"
     return type(call).__name__.lower()
 
 
-Message = TypeVar("Message", bound=Union[Reset, Step, GetAttr, SetAttr, CallMethod, Done, Failure])
+Message = TypeVar("Message", bound=Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv, Done, Failure])
 
 
 def shifted(message: Message, offset: int) -> Message:

@@ -27,6 +27,7 @@ from parallelenv.calls import (
     Done,
     Failure,
     GetAttr,
+    ReplaceEnv,
     Reply,
     Reset,
     SetAttr,
@@ -123,6 +124,7 @@ class EnvGroup:
             GetAttr: self._get_attr,
             SetAttr: self._set_attr,
             CallMethod: self._call_method,
+            ReplaceEnv: self._replace,
         }
 
     def spaces(self) -> list[SpacePair]:
@@ -226,3 +228,21 @@ class EnvGroup:
             except Exception as exc:
                 return Failure.from_exception(call, env_id, call.name, exc)
         return Done(CallMethod, call.env_ids, values)
+
+    def _replace(self, call: ReplaceEnv) -> Reply:
+        for env_id, source in zip(call.env_ids, call.sources, strict=True):
+            old = self._env(env_id)
+            try:
+                new = _make_env(source)
+            except Exception as exc:
+                return Failure.from_exception(call, env_id, "make", exc)
+            # The buffers are shaped by the spaces: a new env must fit the old one's rows.
+            for kind in ("observation_space", "action_space"):
+                mine, theirs = getattr(new, kind), getattr(old, kind)
+                if mine != theirs:
+                    _close_quietly(new)
+                    error = ValueError(f"the new env has {kind} {mine}, but env {env_id} has {theirs}")
+                    return Failure.from_exception(call, env_id, "replace", error)
+            _close_quietly(old)
+            self.envs[env_id - self.first_id] = new
+        return Done(ReplaceEnv, call.env_ids, [None] * len(call.env_ids))
