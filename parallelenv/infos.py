@@ -59,3 +59,29 @@ def vector_info(infos: Iterable[tuple[int, dict[str, Any]]], n: int) -> dict[str
         if info:
             add_info(vector, info, position, n)
     return vector
+
+
+def env_info(vector: dict[str, Any], position: int) -> dict[str, Any]:
+    """The info of the env at ``position`` out of a vector info: the keys its masks set."""
+    info: dict[str, Any] = {}
+    for key, value in vector.items():
+        if key.startswith("_"):
+            continue
+        if isinstance(value, dict):
+            nested = env_info(value, position)
+            if nested or vector.get("_" + key, np.zeros(position + 1, bool))[position]:
+                info[key] = nested
+            continue
+        mask = vector.get("_" + key)
+        if mask is None or mask[position]:
+            item = value[position]
+            info[key] = item.item() if isinstance(item, np.generic) else item
+    return info
+
+
+def ended_states(vector: dict[str, Any]) -> dict[int, Any]:
+    """The last obs of each episode a ``restart`` step ended, by position in the step's envs."""
+    mask = vector.get("_ended_state")
+    if mask is None:
+        return {}
+    return {int(p): env_info(vector, int(p))["ended_state"] for p in np.flatnonzero(mask)}

@@ -1,0 +1,98 @@
+"""NumPy or torch, nested in dicts and tuples: the conversions the rollout helpers need.
+
+torch is never imported here for NumPy data: a value can only be a tensor
+once the caller has imported torch, so ``sys.modules`` answers the question
+"is this a tensor?" without an import.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+Tree = Any  # an array or tensor, or a dict / tuple of Trees
+
+
+def tree_map(fn: Callable[..., Any], *trees: Tree) -> Tree:
+    """Apply ``fn`` leaf by leaf to trees of the same structure."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {key: tree_map(fn, *(tree[key] for tree in trees)) for key in first}
+    if isinstance(first, tuple):
+        return tuple(tree_map(fn, *parts) for parts in zip(*trees, strict=True))
+    return fn(*trees)
+
+
+def first_leaf(tree: Tree) -> Any:
+    while isinstance(tree, (dict, tuple)):
+        tree = next(iter(tree.values())) if isinstance(tree, dict) else tree[0]
+    return tree
+
+
+def is_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.is_tensor(value)
+
+
+def import_torch() -> Any:
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - torch is in the test extra
+        raise ImportError('torch results need torch: pip install "parallelenv[torch]"') from exc
+    return torch
+
+
+def to_numpy(tree: Tree) -> Tree:
+    """Every tensor leaf as a NumPy array on the host; arrays pass through."""
+    return tree_map(lambda x: x.detach().cpu().numpy() if is_tensor(x) else np.asarray(x), tree)
+
+
+def to_torch(tree: Tree, device: Any) -> Tree:
+    """Every leaf as a tensor on ``device``; tensors already there are not copied."""
+    torch = import_torch()
+    return tree_map(lambda x: torch.as_tensor(x, device=device), tree)
+
+
+def stack(batches: Sequence[Tree]) -> Tree:
+    """Stack same-structured batches along a new first axis (NumPy or torch leaves)."""
+    return _join(batches, np.stack, "stack")
+
+
+def concatenate(batches: Sequence[Tree]) -> Tree:
+    """Join same-structured batches along their first axis (NumPy or torch leaves)."""
+    return _join(batches, np.concatenate, "cat")
+
+
+def _join(batches: Sequence[Tree], numpy_fn: Callable[..., Any], torch_name: str) -> Tree:
+    def join(*leaves: Any) -> Any:
+        if is_tensor(leaves[0]):
+            return getattr(sys.modules["torch"], torch_name)(leaves)
+        return numpy_fn(leaves)
+
+    return tree_map(join, *batches)
+
+
+def copy_tree(tree: Tree) -> Tree:
+    return tree_map(lambda x: x.clone() if is_tensor(x) else np.array(x, copy=True), tree)
+
+
+def take_rows(tree: Tree, rows: np.ndarray) -> Tree:
+    """Rows ``rows`` of every leaf (a copy)."""
+    return tree_map(lambda x: x[_index_for(x, rows)], tree)
+
+
+def put_rows(tree: Tree, rows: np.ndarray, values: Tree) -> None:
+    """Write ``values`` into rows ``rows`` of every leaf, in place."""
+    def put(x: Any, v: Any) -> None:
+        x[_index_for(x, rows)] = v
+
+    tree_map(put, tree, values)
+
+
+def _index_for(leaf: Any, rows: np.ndarray) -> Any:
+    if is_tensor(leaf):
+        return sys.modules["torch"].as_tensor(rows, device=leaf.device)
+    return rows
