@@ -78,6 +78,18 @@ NO_ARGUMENT = _NoArgument()
 
 
 @dataclass(frozen=True)
+class Arguments:
+    """A CallMethod entry with any arguments, as vector ``call`` APIs pass them.
+
+    An attribute that is not callable is returned as it is, as
+    ``gymnasium.vector.VectorEnv.call`` does.
+    """
+
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Done:
     """A call completed on every env it named.
 

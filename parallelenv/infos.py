@@ -85,3 +85,12 @@ def ended_states(vector: dict[str, Any]) -> dict[int, Any]:
     if mask is None:
         return {}
     return {int(p): env_info(vector, int(p))["ended_state"] for p in np.flatnonzero(mask)}
+
+
+# What the ``restart`` policy adds to the info of an env it reset in a step.
+RESTART_KEYS = frozenset({"ended_state", "reset"})
+
+
+def step_info(vector: dict[str, Any], position: int) -> dict[str, Any]:
+    """The env's own info of a step, without what the ``restart`` policy added to it."""
+    return {key: value for key, value in env_info(vector, position).items() if key not in RESTART_KEYS}

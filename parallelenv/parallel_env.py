@@ -281,6 +281,12 @@ class ParallelEnv:
             arguments.check_picklable(sources, ids)
         self._call(ReplaceEnv(tuple(ids.tolist()), sources), ids)
 
+    def as_gymnasium(self) -> Any:
+        """This ParallelEnv as a ``gymnasium.vector.VectorEnv`` (see :mod:`parallelenv.integrations.gymnasium`)."""
+        from parallelenv.integrations.gymnasium import GymnasiumVectorEnv
+
+        return GymnasiumVectorEnv(self)
+
     def close(self) -> None:
         """Stop every worker and free every resource; safe to call again."""
         if self._closed:

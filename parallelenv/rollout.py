@@ -39,12 +39,11 @@ from parallelenv.arrays import (
     tree_map,
 )
 from parallelenv.batching import allocate, check_batch, zeros
-from parallelenv.infos import ended_states, env_info
+from parallelenv.infos import ended_states, step_info
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.trajectories import EpisodeBatch, StepFields, Transitions
 
 OUTPUTS = ("auto", "numpy", "torch")
-_RESTART_KEYS = ("ended_state", "_ended_state", "reset", "_reset")
 
 
 @dataclass(frozen=True)
@@ -366,7 +365,7 @@ class VecWorker:
             rewards=rows("reward"),
             terminations=rows("terminated"),
             truncations=rows("truncated"),
-            infos=[_step_info(r.info, i) for r in records],
+            infos=[step_info(r.info, i) for r in records],
             last_observations=tree_map(lambda x: x[i : i + 1], last.next_obs),
         )
 
@@ -395,11 +394,6 @@ class VecWorker:
             infos=[],
             last_observations=self._out(obs),
         )
-
-
-def _step_info(vector: dict[str, Any], i: int) -> dict[str, Any]:
-    """Env ``i``'s info of a step, without the keys the ``restart`` policy adds (the same for every policy)."""
-    return {key: value for key, value in env_info(vector, i).items() if key not in _RESTART_KEYS}
 
 
 def _progress(steps: Iterable[int], show: bool) -> Iterator[int]:

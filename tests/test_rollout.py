@@ -301,11 +301,12 @@ def test_numpy_results_from_a_policy_that_returns_tensors(make_penv):
 def test_rollout_with_numpy_imports_neither_torch_nor_ray():
     code = (
         "import sys, numpy as np\n"
-        "import parallelenv, parallelenv.rollout\n"
+        "import parallelenv, parallelenv.rollout, parallelenv.integrations.gymnasium\n"
         "from parallelenv import ParallelEnv\n"
         "from parallelenv.rollout import VecWorker\n"
         "with VecWorker(ParallelEnv.make('CartPole-v1', 2, 'dummy'), lambda o: np.zeros(2, np.int64)) as w:\n"
         "    w.collect(3); w.rollout()\n"
+        "    ParallelEnv.make('CartPole-v1', 2, 'dummy').as_gymnasium().close()\n"
         "bad = [m for m in ('torch', 'ray', 'stable_baselines3') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

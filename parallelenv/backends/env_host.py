@@ -22,6 +22,7 @@ from parallelenv.backends.buffers import Buffers
 from parallelenv.batching import row_writer, rows_reader
 from parallelenv.calls import (
     NO_ARGUMENT,
+    Arguments,
     Call,
     CallMethod,
     Done,
@@ -107,6 +108,15 @@ def _restarted(env: gym.Env, result: tuple) -> tuple:
     info = {**info, "ended_state": obs.copy() if isinstance(obs, np.ndarray) else copy.deepcopy(obs), "reset": True}
     new_obs, _ = env.reset()
     return new_obs, reward, terminated, truncated, info
+
+
+def _invoke(method: Any, argument: Any) -> Any:
+    """Call an env method as a CallMethod entry says: with no argument, one, or :class:`Arguments`."""
+    if argument is NO_ARGUMENT:
+        return method()
+    if isinstance(argument, Arguments):
+        return method(*argument.args, **argument.kwargs) if callable(method) else method
+    return method(argument)
 
 
 class EnvGroup:
@@ -223,8 +233,7 @@ class EnvGroup:
         values = []
         for env_id, argument in zip(call.env_ids, call.data, strict=True):
             try:
-                method = self._env(env_id).get_wrapper_attr(call.name)
-                values.append(method() if argument is NO_ARGUMENT else method(argument))
+                values.append(_invoke(self._env(env_id).get_wrapper_attr(call.name), argument))
             except Exception as exc:
                 return Failure.from_exception(call, env_id, call.name, exc)
         return Done(CallMethod, call.env_ids, values)
