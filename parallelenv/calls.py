@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import traceback
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar, Union
 
 from parallelenv.errors import EnvError, RemoteTraceback
@@ -47,7 +48,8 @@ class SetAttr:
 @dataclass(frozen=True)
 class CallMethod:
     env_ids: tuple[int, ...]
-    name: str
+    # A method name, or a function called with the env as its first argument.
+    name: str | Callable[..., Any]
     # One argument per env; NO_ARGUMENT calls the method with none.
     data: tuple[Any, ...] = field(metadata=PER_ENV)
 
@@ -154,8 +156,10 @@ def split_call(call: Call, positions: list[int]) -> Call:
 
 def method_name(call: Call) -> str:
     """The env-facing name of a call, as used in error messages."""
-    if isinstance(call, (GetAttr, SetAttr, CallMethod)):
+    if isinstance(call, (GetAttr, SetAttr)):
         return call.name
+    if isinstance(call, CallMethod):
+        return call.name if isinstance(call.name, str) else getattr(call.name, "__name__", repr(call.name))
     if isinstance(call, ReplaceEnv):
         return "replace"
     return type(call).__name__.lower()

@@ -12,7 +12,7 @@ import functools
 import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours, to run after it)
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -243,16 +243,20 @@ class ParallelEnv:
         ids = self._ids(id)
         self._call(SetAttr(tuple(ids.tolist()), _name(name), value), ids)
 
-    def customized_method(self, name: str, data: Any = None, id: Any = None) -> list[Any]:
+    def customized_method(self, name: str | Callable[..., Any], data: Any = None, id: Any = None) -> list[Any]:
         """Call the env method ``name`` on each env of ``id``; returns their return values.
 
         Args:
+            name: a method name, or a function called as ``name(env)`` (or
+                ``name(env, argument)``) where the env runs (it travels
+                with cloudpickle to process and Ray backends).
             data: None to call without arguments, or a list with one argument
                 per env of ``id``, passed as the method's single argument.
         """
         ids = self._ids(id)
         per_env = (NO_ARGUMENT,) * len(ids) if data is None else arguments.per_env(data, ids, "data")
-        values = self._call(CallMethod(tuple(ids.tolist()), _name(name), per_env), ids)
+        method = name if callable(name) else _name(name)
+        values = self._call(CallMethod(tuple(ids.tolist()), method, per_env), ids)
         return [values[i] for i in ids.tolist()]
 
     def replace_envs(self, envs: Any, id: Any = None) -> None:

@@ -14,6 +14,7 @@ from envs import CountingEnv, OtherSpaceEnv, counting
 
 from parallelenv import EnvError, ParallelEnv
 from parallelenv.arguments import env_seeds
+from parallelenv.calls import Arguments
 from parallelenv.rollout import VecWorker
 
 pytestmark = pytest.mark.local_backends
@@ -162,6 +163,21 @@ def test_replace_envs_replaces_exactly_the_envs_named(make_penv):
     obs, _ = penv.reset(seed=0)
     np.testing.assert_array_equal(obs[:, 0], [0, 11, 2, 13])
     assert penv.get_env_attr("tag") == [0, 11, 2, 13]
+
+
+def describe_env(env: gym.Env, prefix: str = "env") -> str:
+    return f"{prefix} {env.unwrapped.tag} at step {env.unwrapped.count}"
+
+
+def test_customized_method_runs_a_function_where_each_env_lives(make_penv):
+    penv = make_penv(counting_envs([3, 3, 3]))
+    penv.reset(seed=0)
+    assert penv.customized_method(describe_env, id=[2, 0]) == ["env 2 at step 0", "env 0 at step 0"]
+    assert penv.customized_method(describe_env, data=["a", "b"], id=[0, 1]) == ["a 0 at step 0", "b 1 at step 0"]
+    with pytest.raises(EnvError, match=r"env 1 raised TypeError in describe_env\(\)"):
+        penv.customized_method(describe_env, data=[Arguments(("a", "b"))], id=[1])
+    with pytest.raises(TypeError, match="non-empty str"):
+        penv.customized_method(3)
 
 
 def test_update_env_replaces_and_sets_attributes_of_the_envs_named(make_penv):

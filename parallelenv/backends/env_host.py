@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -33,6 +34,7 @@ from parallelenv.calls import (
     Reset,
     SetAttr,
     Step,
+    method_name,
 )
 
 EnvSource = Any  # a gym.Env, or a zero-argument callable returning one
@@ -233,9 +235,11 @@ class EnvGroup:
         values = []
         for env_id, argument in zip(call.env_ids, call.data, strict=True):
             try:
-                values.append(_invoke(self._env(env_id).get_wrapper_attr(call.name), argument))
+                env = self._env(env_id)
+                method = functools.partial(call.name, env) if callable(call.name) else env.get_wrapper_attr(call.name)
+                values.append(_invoke(method, argument))
             except Exception as exc:
-                return Failure.from_exception(call, env_id, call.name, exc)
+                return Failure.from_exception(call, env_id, method_name(call), exc)
         return Done(CallMethod, call.env_ids, values)
 
     def _replace(self, call: ReplaceEnv) -> Reply:
