@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import textwrap
 import threading
 
 import gymnasium as gym
@@ -329,3 +331,28 @@ def test_rollout_with_numpy_imports_neither_torch_nor_ray():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=TESTS_DIR.parent, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def readme_block(after: str) -> str:
+    """The first code block of README.rst after the line that starts with ``after``."""
+    lines = (TESTS_DIR.parent / "README.rst").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(after))
+    start = next(i for i in range(start, len(lines)) if lines[i].startswith(".. code-block::")) + 1
+    block = []
+    for line in lines[start:]:
+        if line and not line.startswith("   "):
+            break
+        block.append(line[3:])
+    return textwrap.dedent("\n".join(block))
+
+
+@pytest.mark.slow
+def test_the_readme_training_loop_runs(tmp_path, no_leaks):
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(readme_block("A complete training loop"))
+    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mean return" in done.stdout
