@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from parallelenv.arrays import to_numpy
+
 _SCALARS = (bool, int, float)
 
 
@@ -84,7 +86,8 @@ def ended_states(vector: dict[str, Any]) -> dict[int, Any]:
     mask = vector.get("_ended_state")
     if mask is None:
         return {}
-    return {int(p): env_info(vector, int(p))["ended_state"] for p in np.flatnonzero(mask)}
+    positions = np.flatnonzero(to_numpy(mask))
+    return {int(p): env_info(vector, int(p))["ended_state"] for p in positions}
 
 
 # What the ``restart`` policy adds to the info of an env it reset in a step.

@@ -107,6 +107,7 @@ class VecWorker:
         n = self.num_envs = len(penv)
         self._obs: Tree = None  # the current obs, in the output format; None until started
         self._env_is_torch = False
+        self._env_device: Any = None  # where a tensor ParallelEnv keeps its results
         self._returns = np.zeros(n)
         self._lengths = np.zeros(n, dtype=np.int64)
         # The episode API's record: steps since the oldest episode in progress.
@@ -182,7 +183,9 @@ class VecWorker:
     def start_episode(self, seed: Any = None) -> None:
         """Reset every env and begin recording a new episode in each (seed: as for ``reset``)."""
         obs, _ = self.penv.reset(seed=seed)
-        self._env_is_torch = is_tensor(first_leaf(obs))
+        leaf = first_leaf(obs)
+        self._env_is_torch = is_tensor(leaf)
+        self._env_device = leaf.device if self._env_is_torch else None
         self._obs = self._out(obs)
         self._returns[:] = 0
         self._lengths[:] = 0
@@ -315,8 +318,7 @@ class VecWorker:
         with torch.no_grad() if torch is not None else contextlib.nullcontext():
             action = self.policy(obs)
         if self._env_is_torch:
-            leaf = first_leaf(self._obs)
-            env_action = action if is_tensor(first_leaf(action)) else to_torch(action, leaf.device)
+            env_action = to_torch(action, self._env_device)
         else:
             try:
                 env_action = check_batch(self.penv.single_action_space, to_numpy(action), self.num_envs,
@@ -335,7 +337,7 @@ class VecWorker:
         if self._wants_torch():
             device = self.device
             if device is None:
-                device = first_leaf(tree).device if self._env_is_torch else "cpu"
+                device = self._env_device or "cpu"
             return to_torch(tree, device)
         return to_numpy(tree)
 

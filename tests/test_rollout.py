@@ -16,6 +16,7 @@ from envs import CountingEnv, OtherSpaceEnv, counting
 
 from parallelenv import EnvError, ParallelEnv
 from parallelenv.arguments import env_seeds
+from parallelenv.arrays import is_tensor, to_numpy, to_torch
 from parallelenv.calls import Arguments
 from parallelenv.rollout import VecWorker
 
@@ -356,3 +357,39 @@ def test_the_readme_training_loop_runs(tmp_path, no_leaks):
                           cwd=tmp_path, env=env, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "mean return" in done.stdout
+
+
+class TorchResults(ParallelEnv):
+    """A ParallelEnv whose results are tensors, as the tensor backend's are: the worker's other path."""
+
+    def reset(self, *args, **kwargs):
+        obs, info = super().reset(*args, **kwargs)
+        return to_torch(obs, "cpu"), info
+
+    def step(self, actions, *args, **kwargs):
+        assert is_tensor(actions), "a tensor ParallelEnv is handed tensors"
+        obs, reward, terminated, truncated, info = super().step(to_numpy(actions), *args, **kwargs)
+        info = {key: to_torch(value, "cpu") if key.endswith("ended_state") else value for key, value in info.items()}
+        return to_torch((obs, reward, terminated, truncated), "cpu") + (info,)
+
+
+@pytest.mark.parametrize("asynchronous", ["restart", "idle"])
+def test_tensor_results_stay_tensors_end_to_end(no_leaks, asynchronous):
+    torch = pytest.importorskip("torch")
+    seen = []
+
+    def policy(obs):
+        seen.append(type(obs))
+        return (obs[:, 0] + obs[:, 1]).long() % 5
+
+    with TorchResults(counting_envs([2, 3]), para_mode="dummy", asynchronous=asynchronous) as penv:
+        worker = VecWorker(penv, policy, seed=0)
+        batch = worker.collect(6)
+        assert set(seen) == {torch.Tensor}
+        assert all(torch.is_tensor(x) for x in (batch.obs, batch.action, batch.reward, batch.next_obs))
+        torch.testing.assert_close(batch.next_obs[..., 1], batch.obs[..., 1] + 1)
+        np.testing.assert_array_equal(batch.episode_lengths, [2, 3, 2, 2, 3])
+        episodes = worker.rollout()
+        assert torch.is_tensor(episodes.observations) and episodes.lengths.tolist() == [2]
+        numpy_worker = VecWorker(penv, cycle_actions, output="numpy", seed=0)
+        assert isinstance(numpy_worker.collect(2).obs, np.ndarray)
