@@ -12,11 +12,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import TESTS_DIR
-from envs import CountingEnv, OtherSpaceEnv, counting
+from envs import CountingEnv, DictObsEnv, OtherSpaceEnv, counting
 
 from parallelenv import EnvError, ParallelEnv
 from parallelenv.arguments import env_seeds
-from parallelenv.arrays import is_tensor, to_numpy, to_torch
+from parallelenv.arrays import is_tensor, to_numpy, to_torch, tree_map
 from parallelenv.calls import Arguments
 from parallelenv.rollout import VecWorker
 
@@ -97,6 +97,18 @@ def test_episode_returns_equal_a_plain_loop(make_penv, asynchronous):
     np.testing.assert_array_equal(np.concatenate([first.episode_lengths, second.episode_lengths]), returns)
     rewards = np.concatenate([first.reward, second.reward])
     assert rewards.sum() == 150 * 3  # CartPole pays 1 a step
+
+
+def test_dict_and_tuple_observations_are_the_same_under_every_resetting_policy(make_penv):
+    batches = []
+    for asynchronous in RESETTING:
+        penv = make_penv([lambda: DictObsEnv(3), lambda: DictObsEnv(4)], asynchronous=asynchronous)
+        batches.append(VecWorker(penv, lambda obs: np.full((2, 2), 0.1, np.float32), seed=0).collect(9))
+    assert batches[0].terminated.sum() == 5
+    for other in batches[1:]:
+        for field in ("obs", "next_obs"):
+            tree_map(np.testing.assert_array_equal, getattr(batches[0], field), getattr(other, field))
+    assert batches[0].next_obs["pair"][1].shape == (9, 2, 1)
 
 
 def test_max_episode_length_cuts_episodes_as_truncations(make_penv):
@@ -211,16 +223,14 @@ def test_update_env_refuses_bad_updates_before_changing_anything(make_penv):
     assert worker.collect(1).num_steps == 1  # still usable
 
 
-def test_an_unpicklable_new_env_is_named_before_anything_is_sent(backend, make_penv):
-    if backend == "dummy":
-        pytest.skip("the dummy backend takes env instances as they are")
-    penv = make_penv(counting_envs([5, 5]))
+def test_an_unpicklable_new_env_is_named_before_anything_is_sent(no_leaks):
     locked = CountingEnv(7)
     locked.lock = threading.Lock()
-    with pytest.raises(TypeError, match="the new env 1 .* cannot be pickled"):
-        penv.replace_envs([locked], id=[1])
-    penv.reset(seed=0)
-    assert penv.get_env_attr("tag") == [0, 1]
+    with ParallelEnv(counting_envs([5, 5]), para_mode="subproc", num_workers=1) as penv:
+        with pytest.raises(TypeError, match="the new env 1 .* cannot be pickled"):
+            penv.replace_envs([locked], id=[1])
+        penv.reset(seed=0)
+        assert penv.get_env_attr("tag") == [0, 1]
 
 
 def test_update_agent_takes_a_callable_or_parameters(make_penv):

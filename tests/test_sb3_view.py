@@ -104,6 +104,16 @@ def test_seeds_and_options_apply_to_the_next_reset_only(make_penv):
     np.testing.assert_array_equal(venv.reset()[:, 1], [0, 0])
 
 
+def test_reset_cancels_a_step_in_flight(make_penv):
+    venv = SB3VecEnv(make_penv([counting(0), counting(1)]))
+    venv.reset()
+    venv.step_async(np.array([1, 2]))
+    obs = venv.reset()
+    np.testing.assert_array_equal(obs[:, 1], [0, 0])
+    obs, *_ = venv.step(np.array([3, 3]))
+    np.testing.assert_array_equal(obs[:, 1], [1, 1])
+
+
 def test_the_none_policy_is_refused(no_leaks):
     with ParallelEnv([counting(0)], para_mode="dummy", asynchronous=None) as penv:
         with pytest.raises(ValueError, match="asynchronous=None has no SB3 equivalent"):

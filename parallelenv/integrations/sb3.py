@@ -48,9 +48,13 @@ class SB3VecEnv(VecEnv):
             )
         self.penv = penv
         self._restarts = penv.asynchronous == "restart"
+        self._stepping = False  # step_async sent actions that step_wait has not received
         super().__init__(len(penv), penv.single_observation_space, penv.single_action_space)
 
     def reset(self) -> VecEnvObs:
+        if self._stepping:  # SB3 lets reset cancel a step in flight: receive and drop it
+            self.penv.recv()
+            self._stepping = False
         seeds = None if all(seed is None for seed in self._seeds) else list(self._seeds)
         options = [opts or None for opts in self._options]
         obs, info = self.penv.reset(seed=seeds, options=None if not any(options) else options)
@@ -61,9 +65,11 @@ class SB3VecEnv(VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         self.penv.send(actions)
+        self._stepping = True
 
     def step_wait(self) -> VecEnvStepReturn:
         obs, reward, terminated, truncated, info = self.penv.recv()
+        self._stepping = False
         ended = ended_states(info)
         infos = [step_info(info, i) for i in range(self.num_envs)]
         for i, own in enumerate(infos):
