@@ -38,7 +38,7 @@ from parallelenv.arrays import (
     to_torch,
     tree_map,
 )
-from parallelenv.batching import allocate, check_batch, zeros
+from parallelenv.batching import check_batch
 from parallelenv.infos import ended_states, step_info
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.trajectories import EpisodeBatch, StepFields, Transitions
@@ -159,24 +159,22 @@ class VecWorker:
         """
         if not isinstance(updates, Mapping):
             raise TypeError(f"updates must be a mapping from env index to an update, not {type(updates).__name__}")
-        ids = arguments.env_ids(list(updates), self.num_envs) if updates else np.zeros(0, np.int64)
-        replace: dict[int, Any] = {}
-        for i in ids.tolist():
-            update = updates[i]
-            if isinstance(update, Mapping):
-                for name, value in update.items():
-                    self.penv.set_env_attr(name, value, id=[i])
-            elif isinstance(update, gym.Env) or callable(update):
-                replace[i] = update
-            else:
+        ids = arguments.env_ids(list(updates), self.num_envs).tolist() if updates else []
+        for i in ids:  # every update is checked before any is applied
+            if not isinstance(updates[i], (Mapping, gym.Env)) and not callable(updates[i]):
                 raise TypeError(
-                    f"the update of env {i} is a {type(update).__name__}: use a gym.Env, a factory of one, "
+                    f"the update of env {i} is a {type(updates[i]).__name__}: use a gym.Env, a factory of one, "
                     "or a dict of attributes"
                 )
-        if replace:
-            self.penv.replace_envs(list(replace.values()), id=list(replace))
+        for i in ids:
+            if isinstance(updates[i], Mapping):
+                for name, value in updates[i].items():
+                    self.penv.set_env_attr(name, value, id=[i])
+        replaced = [i for i in ids if not isinstance(updates[i], Mapping)]
+        if replaced:
+            self.penv.replace_envs([updates[i] for i in replaced], id=replaced)
             if self._obs is not None:
-                self._restart_envs(np.array(list(replace), dtype=np.int64), record=False)
+                self._restart_envs(np.array(replaced, dtype=np.int64), record=False)
 
     # ------------------------------------------------------------------ episodes
 
@@ -212,7 +210,7 @@ class VecWorker:
         """The episodes completed by :meth:`step_episode` since the last call (possibly none)."""
         completed, self._completed = self._completed, []
         if not completed:
-            return self._no_episodes()
+            return EpisodeBatch.empty(self.penv.single_observation_space, self.penv.single_action_space, self._out)
         return EpisodeBatch.concatenate(completed)
 
     def rollout(self) -> EpisodeBatch:
@@ -378,24 +376,6 @@ class VecWorker:
         if oldest > self._first_step:
             del self._steps[: oldest - self._first_step]
             self._first_step = oldest
-
-    def _no_episodes(self) -> EpisodeBatch:
-        obs = allocate(self.penv.single_observation_space, 0, zeros)
-        action = allocate(self.penv.single_action_space, 0, zeros)
-        empty = np.zeros(0)
-        flags = np.zeros(0, dtype=bool)
-        return EpisodeBatch(
-            env_ids=np.zeros(0, dtype=np.int64),
-            lengths=np.zeros(0, dtype=np.int64),
-            returns=empty,
-            observations=self._out(obs),
-            actions=self._out(action),
-            rewards=self._out(empty),
-            terminations=self._out(flags),
-            truncations=self._out(flags),
-            infos=[],
-            last_observations=self._out(obs),
-        )
 
 
 def _progress(steps: Iterable[int], show: bool) -> Iterator[int]:

@@ -6,13 +6,15 @@ the episode statistics (returns, lengths) are always NumPy, for logging.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from parallelenv.arrays import Tree, concatenate, stack
+from parallelenv.batching import allocate, zeros
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,25 @@ class EpisodeBatch:
     def starts(self) -> np.ndarray:
         """The first row of each episode."""
         return np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+
+    @classmethod
+    def empty(cls, observation_space: gym.Space, action_space: gym.Space,
+              convert: Callable[[Tree], Tree]) -> EpisodeBatch:
+        """No episodes, with fields of the right structure, passed through ``convert`` (to NumPy or torch)."""
+        obs = allocate(observation_space, 0, zeros)
+        flags = np.zeros(0, dtype=bool)
+        return cls(
+            env_ids=np.zeros(0, dtype=np.int64),
+            lengths=np.zeros(0, dtype=np.int64),
+            returns=np.zeros(0),
+            observations=convert(obs),
+            actions=convert(allocate(action_space, 0, zeros)),
+            rewards=convert(np.zeros(0)),
+            terminations=convert(flags),
+            truncations=convert(flags),
+            infos=[],
+            last_observations=convert(obs),
+        )
 
     @classmethod
     def concatenate(cls, batches: Sequence[EpisodeBatch]) -> EpisodeBatch:

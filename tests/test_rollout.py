@@ -213,7 +213,8 @@ def test_update_env_refuses_bad_updates_before_changing_anything(make_penv):
     with pytest.raises(TypeError, match="id\\[0\\] = '1' is not an int"):
         worker.update_env({"1": counting(5)})
     with pytest.raises(TypeError, match="the update of env 1 is a int"):
-        worker.update_env({1: 3})
+        worker.update_env({0: {"gravity": 1.0}, 1: 3})
+    assert worker.penv.get_env_attr("gravity") == [9.8, 9.8]
     with pytest.raises(TypeError, match="updates must be a mapping"):
         worker.update_env([counting(5)])
     with pytest.raises(EnvError) as caught:
@@ -403,3 +404,24 @@ def test_tensor_results_stay_tensors_end_to_end(no_leaks, asynchronous):
         assert torch.is_tensor(episodes.observations) and episodes.lengths.tolist() == [2]
         numpy_worker = VecWorker(penv, cycle_actions, output="numpy", seed=0)
         assert isinstance(numpy_worker.collect(2).obs, np.ndarray)
+
+
+def has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_cuda(), reason="needs a CUDA device")
+def test_results_on_a_cuda_device(make_penv):
+    import torch
+
+    net = torch.nn.Linear(4, 2).to("cuda")
+    worker = VecWorker(make_penv([lambda: gym.make("CartPole-v1")] * 2), lambda obs: net(obs).argmax(dim=1),
+                       output="torch", device="cuda", seed=0)
+    batch = worker.collect(20)
+    assert all(x.device.type == "cuda" for x in (batch.obs, batch.action, batch.reward, batch.next_obs))
+    assert worker.rollout().observations.device.type == "cuda"
