@@ -47,6 +47,8 @@ def import_torch() -> Any:
 
 def to_numpy(tree: Tree) -> Tree:
     """Every tensor leaf as a NumPy array on the host; arrays pass through."""
+    if isinstance(tree, np.ndarray):  # the common case, on every step: no tree walk
+        return tree
     return tree_map(lambda x: x.detach().cpu().numpy() if is_tensor(x) else np.asarray(x), tree)
 
 

@@ -11,7 +11,13 @@ from parallelenv import ParallelEnv
 
 sb3 = pytest.importorskip("stable_baselines3")
 from stable_baselines3.common.monitor import Monitor  # noqa: E402
-from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecMonitor, VecNormalize  # noqa: E402
+from stable_baselines3.common.vec_env import (  # noqa: E402
+    DummyVecEnv,
+    VecCheckNan,
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+)
 
 from parallelenv.integrations.sb3 import SB3VecEnv  # noqa: E402
 
@@ -53,7 +59,7 @@ def test_same_results_as_sb3s_dummy_vec_env(make_penv, asynchronous):
 
 
 def test_sb3_vec_env_wrappers_work_on_the_view(make_penv):
-    venv = VecMonitor(SB3VecEnv(make_penv([cartpole] * 2)))
+    venv = VecMonitor(VecCheckNan(SB3VecEnv(make_penv([cartpole] * 2)), raise_exception=True))
     venv = VecFrameStack(VecNormalize(venv, gamma=0.9), n_stack=2)
     venv.seed(0)
     obs = venv.reset()
