@@ -94,6 +94,16 @@ def put_rows(tree: Tree, rows: np.ndarray, values: Tree) -> None:
     tree_map(put, tree, values)
 
 
+def put_row(tree: Tree, position: int, value: Tree) -> None:
+    """Write one env's ``value`` (NumPy or torch) into row ``position`` of every leaf, in place."""
+    def put(leaf: Any, v: Any) -> None:
+        if is_tensor(leaf) and not is_tensor(v):
+            v = sys.modules["torch"].as_tensor(np.asarray(v), device=leaf.device)
+        leaf[position] = v
+
+    tree_map(put, tree, value)
+
+
 def _index_for(leaf: Any, rows: np.ndarray) -> Any:
     if is_tensor(leaf):
         return sys.modules["torch"].as_tensor(rows, device=leaf.device)

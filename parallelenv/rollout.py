@@ -32,6 +32,7 @@ from parallelenv.arrays import (
     copy_tree,
     first_leaf,
     is_tensor,
+    put_row,
     put_rows,
     stack,
     to_numpy,
@@ -283,7 +284,7 @@ class VecWorker:
         if restarted:
             next_obs = copy_tree(next_obs)
             for p, last in restarted.items():
-                tree_map(lambda leaf, value, p=p: leaf.__setitem__(p, self._leaf_out(value, leaf)), next_obs, last)
+                put_row(next_obs, p, last)
         step = _Step(obs, action, reward, self._out(terminated_np), self._out(truncated_np | cut), next_obs, info)
         self._obs = new_obs
         self._step_count += 1
@@ -338,12 +339,6 @@ class VecWorker:
                 device = self._env_device or "cpu"
             return to_torch(tree, device)
         return to_numpy(tree)
-
-    def _leaf_out(self, value: Any, like: Any) -> Any:
-        if is_tensor(like):
-            return sys.modules["torch"].as_tensor(np.asarray(value) if not is_tensor(value) else value,
-                                                  device=like.device)
-        return value
 
     # ------------------------------------------------------------------ the episode record
 
