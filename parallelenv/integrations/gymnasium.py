@@ -107,10 +107,11 @@ class GymnasiumVectorEnv(VectorEnv):
         put(obs, reset_ids, reset_obs)
         parts = [(reset_ids, reset_info)]
         if step_ids.size:
-            step_obs, reward[step_ids], terminated[step_ids], truncated[step_ids], info = self.penv.step(
+            step_obs, step_reward, step_terminated, step_truncated, info = self.penv.step(
                 take(batch, step_ids), id=step_ids
             )
             put(obs, step_ids, step_obs)
+            reward[step_ids], terminated[step_ids], truncated[step_ids] = step_reward, step_terminated, step_truncated
             parts.append((step_ids, info))
         merged = [(int(i), env_info(part, p)) for ids, part in parts for p, i in enumerate(ids)]
         return obs, reward, terminated, truncated, vector_info(sorted(merged, key=lambda pair: pair[0]), n)
