@@ -141,3 +141,19 @@ def test_bad_use_is_refused_clearly(make_penv):
     assert envs.closed
     with pytest.raises(ClosedError):
         penv.reset()
+
+
+def test_reward_action_and_info_wrappers_stack_on_the_view(make_penv):
+    from gymnasium.wrappers.vector import ClipAction, DictInfoToList, NormalizeReward, RescaleObservation
+
+    envs = make_penv([lambda: gym.make("Pendulum-v1")] * 2, asynchronous="idle").as_gymnasium()
+    envs = RescaleObservation(NormalizeReward(ClipAction(envs)), min_obs=-np.ones(3, np.float32),
+                              max_obs=np.ones(3, np.float32))
+    stats = RecordEpisodeStatistics(envs)
+    envs = DictInfoToList(stats)
+    envs.reset(seed=0)
+    for _ in range(210):  # Pendulum truncates at 200 steps
+        obs, reward, terminated, truncated, infos = envs.step(np.full((2, 1), 5.0, np.float32))
+        assert np.abs(obs).max() <= 1.0 + 1e-6
+    assert isinstance(infos, list) and len(infos) == 2
+    assert list(stats.length_queue) == [200, 200]
