@@ -6,7 +6,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatistics
+from gymnasium.wrappers.vector import (
+    ClipAction,
+    DictInfoToList,
+    NormalizeObservation,
+    NormalizeReward,
+    RecordEpisodeStatistics,
+    RescaleObservation,
+)
 
 from envs import RenderingEnv, counting
 from parallelenv import ClosedError, EnvError
@@ -144,8 +151,6 @@ def test_bad_use_is_refused_clearly(make_penv):
 
 
 def test_reward_action_and_info_wrappers_stack_on_the_view(make_penv):
-    from gymnasium.wrappers.vector import ClipAction, DictInfoToList, NormalizeReward, RescaleObservation
-
     envs = make_penv([lambda: gym.make("Pendulum-v1")] * 2, asynchronous="idle").as_gymnasium()
     envs = RescaleObservation(NormalizeReward(ClipAction(envs)), min_obs=-np.ones(3, np.float32),
                               max_obs=np.ones(3, np.float32))
