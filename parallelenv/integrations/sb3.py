@@ -7,7 +7,9 @@ that finishes it and puts the ended episode's last obs in
 episode was truncated rather than terminated. Under ``asynchronous="restart"``
 the env hosts do that reset; under ``"idle"`` and ``"continue"`` this view
 resets the finished envs itself after the step. ``None`` (one env finishing
-finishes all) has no SB3 equivalent and is refused.
+finishes all) has no SB3 equivalent and is refused. Under ``"restart"`` the
+env hosts keep no info of the resets they do, so ``reset_infos`` of those
+envs is ``{}``.
 """
 
 from __future__ import annotations
