@@ -104,6 +104,38 @@ def put_row(tree: Tree, position: int, value: Tree) -> None:
     tree_map(put, tree, value)
 
 
+def put_masked(tree: Tree, mask: Any, values: Tree) -> bool:
+    """Write the rows of ``values`` where ``mask`` is set into ``tree``, in place, all rows at once.
+
+    ``values`` must be batched like ``tree`` (extra dict keys, such as vector-info
+    masks, are ignored). Returns False, writing nothing, where it is not: values
+    kept as objects (Tuple observations in a vector info) go row by row instead.
+    """
+    if not _batched_like(values, tree):
+        return False
+
+    def put(leaf: Any, v: Any) -> None:
+        if is_tensor(leaf):
+            torch = sys.modules["torch"]
+            rows = torch.as_tensor(mask, device=leaf.device)
+            leaf[rows] = torch.as_tensor(v, device=leaf.device)[rows].to(leaf.dtype)
+        else:
+            leaf[mask] = v[mask]
+
+    tree_map(put, tree, {key: values[key] for key in tree} if isinstance(tree, dict) else values)
+    return True
+
+
+def _batched_like(values: Any, tree: Tree) -> bool:
+    if isinstance(tree, dict):
+        return isinstance(values, dict) and all(key in values and _batched_like(values[key], tree[key]) for key in tree)
+    if isinstance(tree, tuple):
+        return isinstance(values, tuple) and len(values) == len(tree) and all(map(_batched_like, values, tree))
+    if is_tensor(values):
+        return True
+    return isinstance(values, np.ndarray) and values.dtype != object and values.shape[1:] == tuple(tree.shape[1:])
+
+
 def _index_for(leaf: Any, rows: np.ndarray) -> Any:
     if is_tensor(leaf):
         return sys.modules["torch"].as_tensor(rows, device=leaf.device)

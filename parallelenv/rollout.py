@@ -32,6 +32,7 @@ from parallelenv.arrays import (
     copy_tree,
     first_leaf,
     is_tensor,
+    put_masked,
     put_row,
     put_rows,
     stack,
@@ -279,25 +280,25 @@ class VecWorker:
         if self.penv.asynchronous is None and done.any():
             cut |= ~done  # the policy has finished every env
         ended = done | cut
-        restarted = ended_states(info)
         new_obs = next_obs
-        if restarted:
+        restarted = info.get("_ended_state")
+        if restarted is not None:  # the ``restart`` policy reset these envs: their real last obs is in the info
             next_obs = copy_tree(next_obs)
-            for p, last in restarted.items():
-                put_row(next_obs, p, last)
+            if not put_masked(next_obs, restarted, info["ended_state"]):
+                for p, last in ended_states(info).items():
+                    put_row(next_obs, p, last)
         step = _Step(obs, action, reward, self._out(terminated_np), self._out(truncated_np | cut), next_obs, info)
         self._obs = new_obs
         self._step_count += 1
         if ended.any():
-            self._end_episodes(ended, np.array(sorted(restarted), dtype=np.int64))
+            self._end_episodes(ended, np.zeros_like(ended) if restarted is None else to_numpy(restarted))
         return step, ended
 
     def _end_episodes(self, ended: np.ndarray, restarted: np.ndarray) -> None:
         """Zero the counters of ended episodes; reset the envs the ParallelEnv did not."""
         self._returns[ended] = 0
         self._lengths[ended] = 0
-        to_reset = ended.copy()
-        to_reset[restarted] = False
+        to_reset = ended & ~restarted
         if to_reset.any():
             self._obs = copy_tree(self._obs)
             self._restart_envs(np.flatnonzero(to_reset), record=True)
