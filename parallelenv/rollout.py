@@ -13,6 +13,11 @@ ParallelEnv's ``asynchronous`` policy:
   ``next_obs`` is their real obs, good for bootstrapping) and resets every env.
 
 ``max_episode_length`` cuts episodes the same way, as truncations.
+
+Results are NumPy arrays or torch tensors on a chosen device, converted at
+the worker's boundary. A ParallelEnv that returns tensors keeps them on its
+device; the worker reads only rewards and done flags on the host, for its
+episode statistics and for resetting.
 """
 
 from __future__ import annotations
