@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import traceback
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar, Union
 
 from parallelenv.errors import EnvError, RemoteTraceback
@@ -47,12 +48,22 @@ class SetAttr:
 @dataclass(frozen=True)
 class CallMethod:
     env_ids: tuple[int, ...]
-    name: str
+    # A method name, or a function called with the env as its first argument.
+    name: str | Callable[..., Any]
     # One argument per env; NO_ARGUMENT calls the method with none.
     data: tuple[Any, ...] = field(metadata=PER_ENV)
 
 
-Call = Union[Reset, Step, GetAttr, SetAttr, CallMethod]
+@dataclass(frozen=True)
+class ReplaceEnv:
+    """Close each env named and put a new one, built from its source, in its place."""
+
+    env_ids: tuple[int, ...]
+    # One gym.Env or zero-argument factory per env; a factory is called where the env runs.
+    sources: tuple[Any, ...] = field(metadata=PER_ENV)
+
+
+Call = Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv]
 
 
 class _NoArgument:
@@ -66,6 +77,18 @@ class _NoArgument:
 
 
 NO_ARGUMENT = _NoArgument()
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """A CallMethod entry with any arguments, as vector ``call`` APIs pass them.
+
+    An attribute that is not callable is returned as it is, as
+    ``gymnasium.vector.VectorEnv.call`` does.
+    """
+
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -142,12 +165,16 @@ def _per_env_fields(call_type: Any) -> tuple[str, ...]:
 
 def method_name(call: Call) -> str:
     """The env-facing name of a call, as used in error messages."""
-    if isinstance(call, (GetAttr, SetAttr, CallMethod)):
+    if isinstance(call, (GetAttr, SetAttr)):
         return call.name
+    if isinstance(call, CallMethod):
+        return call.name if isinstance(call.name, str) else getattr(call.name, "__name__", repr(call.name))
+    if isinstance(call, ReplaceEnv):
+        return "replace"
     return type(call).__name__.lower()
 
 
-Message = TypeVar("Message", bound=Union[Reset, Step, GetAttr, SetAttr, CallMethod, Done, Failure])
+Message = TypeVar("Message", bound=Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv, Done, Failure])
 
 
 def shifted(message: Message, offset: int) -> Message:

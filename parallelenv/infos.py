@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from parallelenv.arrays import to_numpy
+
 _SCALARS = (bool, int, float)
 
 
@@ -59,3 +61,39 @@ def vector_info(infos: Iterable[tuple[int, dict[str, Any]]], n: int) -> dict[str
         if info:
             add_info(vector, info, position, n)
     return vector
+
+
+def env_info(vector: dict[str, Any], position: int) -> dict[str, Any]:
+    """The info of the env at ``position`` out of a vector info: the keys its masks set."""
+    info: dict[str, Any] = {}
+    for key, value in vector.items():
+        if key.startswith("_"):
+            continue
+        if isinstance(value, dict):
+            nested = env_info(value, position)
+            if nested or vector.get("_" + key, np.zeros(position + 1, bool))[position]:
+                info[key] = nested
+            continue
+        mask = vector.get("_" + key)
+        if mask is None or mask[position]:
+            item = value[position]
+            info[key] = item.item() if isinstance(item, np.generic) else item
+    return info
+
+
+def ended_states(vector: dict[str, Any]) -> dict[int, Any]:
+    """The last obs of each episode a ``restart`` step ended, by position in the step's envs."""
+    mask = vector.get("_ended_state")
+    if mask is None:
+        return {}
+    positions = np.flatnonzero(to_numpy(mask))
+    return {int(p): env_info(vector, int(p))["ended_state"] for p in positions}
+
+
+# What the ``restart`` policy adds to the info of an env it reset in a step.
+RESTART_KEYS = frozenset({"ended_state", "reset"})
+
+
+def step_info(vector: dict[str, Any], position: int) -> dict[str, Any]:
+    """The env's own info of a step, without what the ``restart`` policy added to it."""
+    return {key: value for key, value in env_info(vector, position).items() if key not in RESTART_KEYS}

@@ -12,7 +12,7 @@ import functools
 import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours, to run after it)
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -23,7 +23,7 @@ from parallelenv import arguments
 from parallelenv.backends import BackendConfig, resolve_backend
 from parallelenv.backends.base import Backend
 from parallelenv.batching import check_batch, put, take
-from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, GetAttr, Reset, SetAttr, Step
+from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, GetAttr, ReplaceEnv, Reset, SetAttr, Step
 from parallelenv.errors import ClosedError, NoPendingCallError
 from parallelenv.inflight import InFlight
 from parallelenv.policies import resolve_policy
@@ -243,17 +243,53 @@ class ParallelEnv:
         ids = self._ids(id)
         self._call(SetAttr(tuple(ids.tolist()), _name(name), value), ids)
 
-    def customized_method(self, name: str, data: Any = None, id: Any = None) -> list[Any]:
+    def customized_method(self, name: str | Callable[..., Any], data: Any = None, id: Any = None) -> list[Any]:
         """Call the env method ``name`` on each env of ``id``; returns their return values.
 
         Args:
+            name: a method name, or a function called as ``name(env)`` (or
+                ``name(env, argument)``) where the env runs (it travels
+                with cloudpickle to process and Ray backends).
             data: None to call without arguments, or a list with one argument
                 per env of ``id``, passed as the method's single argument.
         """
         ids = self._ids(id)
         per_env = (NO_ARGUMENT,) * len(ids) if data is None else arguments.per_env(data, ids, "data")
-        values = self._call(CallMethod(tuple(ids.tolist()), _name(name), per_env), ids)
+        method = name if callable(name) else _name(name)
+        values = self._call(CallMethod(tuple(ids.tolist()), method, per_env), ids)
         return [values[i] for i in ids.tolist()]
+
+    def replace_envs(self, envs: Any, id: Any = None) -> None:
+        """Close the envs of ``id`` and put new ones in their place, where they run.
+
+        The new envs must have the spaces of the old ones, and need a
+        :meth:`reset` before their first step.
+
+        Args:
+            envs: one ``gym.Env`` or zero-argument factory per env of ``id``;
+                factories are built in the worker (or actor) hosting the env.
+            id: the envs to replace.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> from parallelenv import ParallelEnv
+            >>> with ParallelEnv.make("CartPole-v1", num_envs=2, para_mode="dummy") as penv:
+            ...     penv.replace_envs([lambda: gym.make("CartPole-v1", max_episode_steps=50)], id=[1])
+            ...     obs, info = penv.reset(seed=0, id=[1])
+            ...     penv.get_env_attr("spec", id=[1])[0].max_episode_steps
+            50
+        """
+        ids = self._ids(id)
+        sources = arguments.per_env(envs, ids, "envs")
+        if not getattr(self._backend, "runs_in_caller", False):
+            arguments.check_picklable(sources, ids)
+        self._call(ReplaceEnv(tuple(ids.tolist()), sources), ids)
+
+    def as_gymnasium(self) -> Any:
+        """This ParallelEnv as a ``gymnasium.vector.VectorEnv`` (see :mod:`parallelenv.integrations.gymnasium`)."""
+        from parallelenv.integrations.gymnasium import GymnasiumVectorEnv
+
+        return GymnasiumVectorEnv(self)
 
     def close(self) -> None:
         """Stop every worker and free every resource; safe to call again."""

@@ -147,6 +147,16 @@ class OtherSpaceEnv(CountingEnv):
     action_space = spaces.Discrete(3)
 
 
+class RenderingEnv(CountingEnv):
+    """Renders a 2x3 frame filled with its tag and step count."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+    render_mode = "rgb_array"
+
+    def render(self) -> np.ndarray:
+        return np.full((2, 3, 3), self.tag * 10 + self.count, dtype=np.uint8)
+
+
 def counting(tag: int = 0, episode_length: int = 3, terminate: bool = True) -> Any:
     """A picklable factory of a CountingEnv."""
     return lambda: CountingEnv(tag, episode_length, terminate)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -22,15 +23,18 @@ from parallelenv.backends.buffers import Buffers
 from parallelenv.batching import row_writer, rows_reader
 from parallelenv.calls import (
     NO_ARGUMENT,
+    Arguments,
     Call,
     CallMethod,
     Done,
     Failure,
     GetAttr,
+    ReplaceEnv,
     Reply,
     Reset,
     SetAttr,
     Step,
+    method_name,
 )
 
 EnvSource = Any  # a gym.Env, or a zero-argument callable returning one
@@ -108,6 +112,15 @@ def _restarted(env: gym.Env, result: tuple) -> tuple:
     return new_obs, reward, terminated, truncated, info
 
 
+def _invoke(method: Any, argument: Any) -> Any:
+    """Call an env method as a CallMethod entry says: with no argument, one, or :class:`Arguments`."""
+    if argument is NO_ARGUMENT:
+        return method()
+    if isinstance(argument, Arguments):
+        return method(*argument.args, **argument.kwargs) if callable(method) else method
+    return method(argument)
+
+
 class EnvGroup:
     """A contiguous block of envs, ``first_id`` onwards, answering calls."""
 
@@ -123,6 +136,7 @@ class EnvGroup:
             GetAttr: self._get_attr,
             SetAttr: self._set_attr,
             CallMethod: self._call_method,
+            ReplaceEnv: self._replace,
         }
 
     def spaces(self) -> list[SpacePair]:
@@ -221,8 +235,27 @@ class EnvGroup:
         values = []
         for env_id, argument in zip(call.env_ids, call.data, strict=True):
             try:
-                method = self._env(env_id).get_wrapper_attr(call.name)
-                values.append(method() if argument is NO_ARGUMENT else method(argument))
+                env = self._env(env_id)
+                method = functools.partial(call.name, env) if callable(call.name) else env.get_wrapper_attr(call.name)
+                values.append(_invoke(method, argument))
             except Exception as exc:
-                return Failure.from_exception(call, env_id, call.name, exc)
+                return Failure.from_exception(call, env_id, method_name(call), exc)
         return Done(CallMethod, call.env_ids, values)
+
+    def _replace(self, call: ReplaceEnv) -> Reply:
+        for env_id, source in zip(call.env_ids, call.sources, strict=True):
+            old = self._env(env_id)
+            try:
+                new = _make_env(source)
+            except Exception as exc:
+                return Failure.from_exception(call, env_id, "make", exc)
+            # The buffers are shaped by the spaces: a new env must fit the old one's rows.
+            for kind in ("observation_space", "action_space"):
+                mine, theirs = getattr(new, kind), getattr(old, kind)
+                if mine != theirs:
+                    _close_quietly(new)
+                    error = ValueError(f"the new env has {kind} {mine}, but env {env_id} has {theirs}")
+                    return Failure.from_exception(call, env_id, "replace", error)
+            _close_quietly(old)
+            self.envs[env_id - self.first_id] = new
+        return Done(ReplaceEnv, call.env_ids, [None] * len(call.env_ids))

@@ -1,0 +1,142 @@
+"""NumPy or torch, nested in dicts and tuples: the conversions the rollout helpers need.
+
+torch is never imported here for NumPy data: a value can only be a tensor
+once the caller has imported torch, so ``sys.modules`` answers the question
+"is this a tensor?" without an import.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+Tree = Any  # an array or tensor, or a dict / tuple of Trees
+
+
+def tree_map(fn: Callable[..., Any], *trees: Tree) -> Tree:
+    """Apply ``fn`` leaf by leaf to trees of the same structure."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {key: tree_map(fn, *(tree[key] for tree in trees)) for key in first}
+    if isinstance(first, tuple):
+        return tuple(tree_map(fn, *parts) for parts in zip(*trees, strict=True))
+    return fn(*trees)
+
+
+def first_leaf(tree: Tree) -> Any:
+    while isinstance(tree, (dict, tuple)):
+        tree = next(iter(tree.values())) if isinstance(tree, dict) else tree[0]
+    return tree
+
+
+def is_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.is_tensor(value)
+
+
+def import_torch() -> Any:
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - torch is in the test extra
+        raise ImportError('torch results need torch: pip install "parallelenv[torch]"') from exc
+    return torch
+
+
+def to_numpy(tree: Tree) -> Tree:
+    """Every tensor leaf as a NumPy array on the host; arrays pass through."""
+    if isinstance(tree, np.ndarray):  # the common case, on every step: no tree walk
+        return tree
+    return tree_map(lambda x: x.detach().cpu().numpy() if is_tensor(x) else np.asarray(x), tree)
+
+
+def to_torch(tree: Tree, device: Any) -> Tree:
+    """Every leaf as a tensor on ``device``; tensors already there are not copied."""
+    torch = import_torch()
+    return tree_map(lambda x: torch.as_tensor(x, device=device), tree)
+
+
+def stack(batches: Sequence[Tree]) -> Tree:
+    """Stack same-structured batches along a new first axis (NumPy or torch leaves)."""
+    return _join(batches, np.stack, "stack")
+
+
+def concatenate(batches: Sequence[Tree]) -> Tree:
+    """Join same-structured batches along their first axis (NumPy or torch leaves)."""
+    return _join(batches, np.concatenate, "cat")
+
+
+def _join(batches: Sequence[Tree], numpy_fn: Callable[..., Any], torch_name: str) -> Tree:
+    def join(*leaves: Any) -> Any:
+        if is_tensor(leaves[0]):
+            return getattr(sys.modules["torch"], torch_name)(leaves)
+        return numpy_fn(leaves)
+
+    return tree_map(join, *batches)
+
+
+def copy_tree(tree: Tree) -> Tree:
+    return tree_map(lambda x: x.clone() if is_tensor(x) else np.array(x, copy=True), tree)
+
+
+def take_rows(tree: Tree, rows: np.ndarray) -> Tree:
+    """Rows ``rows`` of every leaf (a copy)."""
+    return tree_map(lambda x: x[_index_for(x, rows)], tree)
+
+
+def put_rows(tree: Tree, rows: np.ndarray, values: Tree) -> None:
+    """Write ``values`` into rows ``rows`` of every leaf, in place."""
+    def put(x: Any, v: Any) -> None:
+        x[_index_for(x, rows)] = v
+
+    tree_map(put, tree, values)
+
+
+def put_row(tree: Tree, position: int, value: Tree) -> None:
+    """Write one env's ``value`` (NumPy or torch) into row ``position`` of every leaf, in place."""
+    def put(leaf: Any, v: Any) -> None:
+        if is_tensor(leaf) and not is_tensor(v):
+            v = sys.modules["torch"].as_tensor(np.asarray(v), device=leaf.device)
+        leaf[position] = v
+
+    tree_map(put, tree, value)
+
+
+def put_masked(tree: Tree, mask: Any, values: Tree) -> bool:
+    """Write the rows of ``values`` where ``mask`` is set into ``tree``, in place, all rows at once.
+
+    ``values`` must be batched like ``tree`` (extra dict keys, such as vector-info
+    masks, are ignored). Returns False, writing nothing, where it is not: values
+    kept as objects (Tuple observations in a vector info) go row by row instead.
+    """
+    if not _batched_like(values, tree):
+        return False
+
+    def put(leaf: Any, v: Any) -> None:
+        if is_tensor(leaf):
+            torch = sys.modules["torch"]
+            rows = torch.as_tensor(mask, device=leaf.device)
+            leaf[rows] = torch.as_tensor(v, device=leaf.device)[rows].to(leaf.dtype)
+        else:
+            leaf[mask] = v[mask]
+
+    tree_map(put, tree, {key: values[key] for key in tree} if isinstance(tree, dict) else values)
+    return True
+
+
+def _batched_like(values: Any, tree: Tree) -> bool:
+    if isinstance(tree, dict):
+        return isinstance(values, dict) and all(key in values and _batched_like(values[key], tree[key]) for key in tree)
+    if isinstance(tree, tuple):
+        return isinstance(values, tuple) and len(values) == len(tree) and all(map(_batched_like, values, tree))
+    if is_tensor(values):
+        return True
+    return isinstance(values, np.ndarray) and values.dtype != object and values.shape[1:] == tuple(tree.shape[1:])
+
+
+def _index_for(leaf: Any, rows: np.ndarray) -> Any:
+    if is_tensor(leaf):
+        return sys.modules["torch"].as_tensor(rows, device=leaf.device)
+    return rows

@@ -1,0 +1,21 @@
+"""Views of a ParallelEnv through the vector-env interfaces of other libraries.
+
+Each lives in its own module and imports its library only when loaded:
+:mod:`parallelenv.integrations.gymnasium` and :mod:`parallelenv.integrations.sb3`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+
+def is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
+    """Whether a ``wrapper_class`` is anywhere in ``env``'s chain of wrappers (run where the env lives)."""
+    current: Any = env
+    while isinstance(current, gym.Wrapper):
+        if isinstance(current, wrapper_class):
+            return True
+        current = current.env
+    return False

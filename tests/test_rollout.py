@@ -1,0 +1,427 @@
+"""VecWorker: transitions and episodes with a policy, under every asynchronous policy; replace_envs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from conftest import TESTS_DIR
+from envs import CountingEnv, DictObsEnv, OtherSpaceEnv, counting
+
+from parallelenv import EnvError, ParallelEnv
+from parallelenv.arguments import env_seeds
+from parallelenv.arrays import is_tensor, to_numpy, to_torch, tree_map
+from parallelenv.calls import Arguments
+from parallelenv.rollout import VecWorker
+
+pytestmark = pytest.mark.local_backends
+
+RESETTING = ["restart", "idle", "continue"]
+EVERY_POLICY = [*RESETTING, None]
+
+
+def counting_envs(lengths: list[int]) -> list:
+    return [counting(tag, length) for tag, length in enumerate(lengths)]
+
+
+def cycle_actions(obs: np.ndarray) -> np.ndarray:
+    """A deterministic policy of CountingEnv's obs: the action says which step it was chosen at."""
+    return ((obs[:, 0] + obs[:, 1]) % 5).astype(np.int64)
+
+
+def lean_policy(obs: np.ndarray) -> np.ndarray:
+    """CartPole: push the way the pole leans (episodes of a few dozen steps)."""
+    return (obs[:, 2] > 0).astype(np.int64)
+
+
+# ------------------------------------------------------------------ collect
+
+
+@pytest.mark.parametrize("asynchronous", EVERY_POLICY)
+def test_next_obs_of_an_ended_episode_is_its_real_last_obs(make_penv, asynchronous):
+    lengths = [2, 3, 4, 5]
+    worker = VecWorker(make_penv(counting_envs(lengths), asynchronous=asynchronous), cycle_actions, seed=0)
+    batch = worker.collect(12)
+    obs, next_obs, action = batch.obs, batch.next_obs, batch.action
+    ended = batch.terminated | batch.truncated
+    # Every transition is one real step of its env: the count goes up by one
+    # and the obs records the action taken, also where an episode ended.
+    np.testing.assert_array_equal(next_obs[..., 1], obs[..., 1] + 1)
+    np.testing.assert_array_equal(next_obs[..., 2], action)
+    np.testing.assert_array_equal(next_obs[..., 0], np.broadcast_to(np.arange(4), (12, 4)))
+    # The next step starts where the transition led, or from a fresh episode.
+    np.testing.assert_array_equal(obs[1:][~ended[:-1]], next_obs[:-1][~ended[:-1]])
+    assert (obs[1:, :, 1][ended[:-1]] == 0).all()
+    if asynchronous is None:  # env 0 ends every second step and takes the others with it
+        assert ended.all(axis=1)[1::2].all() and not ended[0::2].any()
+        np.testing.assert_array_equal(batch.terminated[1::2], np.broadcast_to([True, False, False, False], (6, 4)))
+    else:
+        np.testing.assert_array_equal(batch.terminated, ended)
+        for i, length in enumerate(lengths):
+            np.testing.assert_array_equal(np.flatnonzero(ended[:, i]), np.arange(length - 1, 12, length))
+
+
+def plain_loop_returns(seed: int, num_envs: int, num_steps: int) -> list[tuple[int, int, float]]:
+    """``(step, env, return)`` of the episodes CartPole envs end in ``num_steps`` steps, one env at a time."""
+    ended = []
+    for i, env_seed in enumerate(env_seeds(seed, np.arange(num_envs))):
+        env = gym.make("CartPole-v1")
+        obs, _ = env.reset(seed=env_seed)
+        total = 0.0
+        for t in range(num_steps):
+            obs, reward, terminated, truncated, _ = env.step(int(lean_policy(obs[None])[0]))
+            total += reward
+            if terminated or truncated:
+                ended.append((t, i, total))
+                obs, _ = env.reset()
+                total = 0.0
+        env.close()
+    return sorted(ended)
+
+
+@pytest.mark.parametrize("asynchronous", RESETTING)
+def test_episode_returns_equal_a_plain_loop(make_penv, asynchronous):
+    penv = make_penv([lambda: gym.make("CartPole-v1")] * 3, asynchronous=asynchronous)
+    worker = VecWorker(penv, lean_policy, seed=7)
+    first, second = worker.collect(60), worker.collect(90)  # a collect goes on where the last stopped
+    expected = plain_loop_returns(7, 3, 150)
+    returns = np.concatenate([first.episode_returns, second.episode_returns])
+    assert len(expected) > 6
+    np.testing.assert_array_equal(returns, [r for _, _, r in expected])
+    np.testing.assert_array_equal(np.concatenate([first.episode_lengths, second.episode_lengths]), returns)
+    rewards = np.concatenate([first.reward, second.reward])
+    assert rewards.sum() == 150 * 3  # CartPole pays 1 a step
+
+
+def test_dict_and_tuple_observations_are_the_same_under_every_resetting_policy(make_penv):
+    batches = []
+    for asynchronous in RESETTING:
+        penv = make_penv([lambda: DictObsEnv(3), lambda: DictObsEnv(4)], asynchronous=asynchronous)
+        batches.append(VecWorker(penv, lambda obs: np.full((2, 2), 0.1, np.float32), seed=0).collect(9))
+    assert batches[0].terminated.sum() == 5
+    for other in batches[1:]:
+        for field in ("obs", "next_obs"):
+            tree_map(np.testing.assert_array_equal, getattr(batches[0], field), getattr(other, field))
+    assert batches[0].next_obs["pair"][1].shape == (9, 2, 1)
+
+
+def test_max_episode_length_cuts_episodes_as_truncations(make_penv):
+    worker = VecWorker(make_penv(counting_envs([3, 100])), cycle_actions, seed=0, max_episode_length=4)
+    batch = worker.collect(8)
+    np.testing.assert_array_equal(np.flatnonzero(batch.terminated[:, 0]), [2, 5])
+    np.testing.assert_array_equal(np.flatnonzero(batch.truncated[:, 1]), [3, 7])
+    assert not batch.terminated[:, 1].any()
+    np.testing.assert_array_equal(batch.next_obs[[3, 7], 1, 1], [4, 4])  # the real obs of the cut step
+    np.testing.assert_array_equal(batch.obs[4, 1, 1], 0)
+    np.testing.assert_array_equal(batch.episode_lengths, [3, 4, 3, 4])
+
+
+def test_a_progress_bar_shows_on_request(make_penv, capsys):
+    worker = VecWorker(make_penv(counting_envs([3, 3])), cycle_actions, seed=0)
+    batch = worker.collect(5, progress=True)
+    assert batch.num_steps == 5
+    assert "5/5" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ episodes
+
+
+@pytest.mark.parametrize("asynchronous", EVERY_POLICY)
+def test_step_episode_and_collect_episode_hand_back_whole_episodes(make_penv, asynchronous):
+    worker = VecWorker(make_penv(counting_envs([2, 3]), asynchronous=asynchronous), cycle_actions)
+    worker.start_episode(seed=1)
+    completed = [worker.step_episode() for _ in range(6)]
+    batch = worker.collect_episode()
+    if asynchronous is None:
+        assert completed == [False, True] * 3
+        np.testing.assert_array_equal(batch.env_ids, [0, 1] * 3)
+        np.testing.assert_array_equal(batch.truncations[batch.starts + 1], [False, True] * 3)
+    else:
+        assert completed == [False, True, True, True, False, True]
+        np.testing.assert_array_equal(batch.env_ids, [0, 1, 0, 0, 1])
+        np.testing.assert_array_equal(batch.lengths, [2, 3, 2, 2, 3])
+        assert not batch.truncations.any()
+    assert len(batch.infos) == batch.lengths.sum() == len(batch.rewards)
+    for k, (start, length, i) in enumerate(zip(batch.starts, batch.lengths, batch.env_ids, strict=True)):
+        rows = slice(start, start + length)
+        np.testing.assert_array_equal(batch.observations[rows, 1], np.arange(length))
+        np.testing.assert_array_equal(batch.observations[rows, 0], i)
+        assert batch.returns[k] == batch.rewards[rows].sum()
+        assert batch.last_observations[k, 1] == length
+        assert batch.terminations[start + length - 1] or batch.truncations[start + length - 1]
+        assert [info.get("count") for info in batch.infos[rows]] == [None, 2, None][:length]
+    assert len(worker.collect_episode()) == 0  # handed over once
+
+
+def test_rollout_runs_one_whole_episode(make_penv):
+    worker = VecWorker(make_penv(counting_envs([4, 6, 5])), cycle_actions)
+    batch = worker.rollout()
+    assert len(batch) == 1 and batch.env_ids.tolist() == [0] and batch.lengths.tolist() == [4]
+    batch = worker.rollout()  # a new episode everywhere: env 0 ends first again
+    assert batch.env_ids.tolist() == [0]
+
+
+# ------------------------------------------------------------------ updates
+
+
+@pytest.mark.every_backend
+def test_replace_envs_replaces_exactly_the_envs_named(make_penv):
+    penv = make_penv(counting_envs([3, 3, 3, 3]))
+    penv.reset(seed=0)
+    penv.replace_envs([counting(11, 3), lambda: CountingEnv(13, 3)], id=[1, 3])
+    obs, _ = penv.reset(seed=0)
+    np.testing.assert_array_equal(obs[:, 0], [0, 11, 2, 13])
+    assert penv.get_env_attr("tag") == [0, 11, 2, 13]
+
+
+def describe_env(env: gym.Env, prefix: str = "env") -> str:
+    return f"{prefix} {env.unwrapped.tag} at step {env.unwrapped.count}"
+
+
+def test_customized_method_runs_a_function_where_each_env_lives(make_penv):
+    penv = make_penv(counting_envs([3, 3, 3]))
+    penv.reset(seed=0)
+    assert penv.customized_method(describe_env, id=[2, 0]) == ["env 2 at step 0", "env 0 at step 0"]
+    assert penv.customized_method(describe_env, data=["a", "b"], id=[0, 1]) == ["a 0 at step 0", "b 1 at step 0"]
+    with pytest.raises(EnvError, match=r"env 1 raised TypeError in describe_env\(\)"):
+        penv.customized_method(describe_env, data=[Arguments(("a", "b"))], id=[1])
+    with pytest.raises(TypeError, match="non-empty str"):
+        penv.customized_method(3)
+
+
+def test_update_env_replaces_and_sets_attributes_of_the_envs_named(make_penv):
+    worker = VecWorker(make_penv(counting_envs([5, 5, 5, 5])), cycle_actions, seed=0)
+    worker.collect(2)
+    worker.update_env({3: counting(13, 5), 1: counting(11, 5), 2: {"gravity": 1.5}})
+    assert worker.penv.get_env_attr("tag") == [0, 11, 2, 13]
+    assert worker.penv.get_env_attr("gravity") == [9.8, 9.8, 1.5, 9.8]
+    batch = worker.collect(1)
+    np.testing.assert_array_equal(batch.obs[0, :, 1], [2, 0, 2, 0])  # replaced envs begin a new episode
+    np.testing.assert_array_equal(batch.next_obs[0, :, 0], [0, 11, 2, 13])
+
+
+def test_update_env_refuses_bad_updates_before_changing_anything(make_penv):
+    worker = VecWorker(make_penv(counting_envs([5, 5])), cycle_actions, seed=0)
+    with pytest.raises(ValueError, match="id 2 is out of range for 2 envs"):
+        worker.update_env({2: counting(5)})
+    with pytest.raises(TypeError, match="id\\[0\\] = '1' is not an int"):
+        worker.update_env({"1": counting(5)})
+    with pytest.raises(TypeError, match="the update of env 1 is a int"):
+        worker.update_env({0: {"gravity": 1.0}, 1: 3})
+    assert worker.penv.get_env_attr("gravity") == [9.8, 9.8]
+    with pytest.raises(TypeError, match="updates must be a mapping"):
+        worker.update_env([counting(5)])
+    with pytest.raises(EnvError) as caught:
+        worker.update_env({1: OtherSpaceEnv})
+    assert caught.value.env_index == 1 and "action_space Discrete(3)" in caught.value.message
+    assert worker.penv.get_env_attr("tag") == [0, 1]
+    assert worker.collect(1).num_steps == 1  # still usable
+
+
+def test_an_unpicklable_new_env_is_named_before_anything_is_sent(no_leaks):
+    locked = CountingEnv(7)
+    locked.lock = threading.Lock()
+    with ParallelEnv(counting_envs([5, 5]), para_mode="subproc", num_workers=1) as penv:
+        with pytest.raises(TypeError, match="the new env 1 .* cannot be pickled"):
+            penv.replace_envs([locked], id=[1])
+        penv.reset(seed=0)
+        assert penv.get_env_attr("tag") == [0, 1]
+
+
+def test_update_agent_takes_a_callable_or_parameters(make_penv):
+    worker = VecWorker(make_penv(counting_envs([50])), lambda obs: np.zeros(1, np.int64), seed=0)
+    assert worker.collect(1).action.tolist() == [[0]]
+    worker.update_agent(lambda obs: np.full(1, 3))
+    assert worker.collect(1).action.tolist() == [[3]]
+
+    class Tabular:
+        def __init__(self) -> None:
+            self.action = 1
+
+        def __call__(self, obs: np.ndarray) -> np.ndarray:
+            return np.full(len(obs), self.action)
+
+        def set_param_values(self, action: int) -> None:
+            self.action = action
+
+    worker.update_agent(Tabular())
+    worker.update_agent(4)
+    assert worker.collect(1).action.tolist() == [[4]]
+    worker.update_agent(lambda obs: np.ones(1, np.int64))
+    with pytest.raises(TypeError, match="cannot update a function policy with a int"):
+        worker.update_agent(4)
+
+
+# ------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    ("policy", "error", "message"),
+    [
+        (lambda obs: np.zeros(3, np.int64), ValueError, r"the policy's actions has shape \(3,\); expected \(2,\)"),
+        (lambda obs: np.array([0, 7]), ValueError, r"the policy's actions\[1\] = 7 is outside Discrete\(5\)"),
+        (lambda obs: np.array([0.5, 1.0]), TypeError, "the policy's actions of dtype float64 cannot be cast"),
+        (lambda obs: None, ValueError, r"the policy's actions has shape \(\)"),
+    ],
+)
+def test_bad_policy_outputs_are_named(make_penv, policy, error, message):
+    worker = VecWorker(make_penv(counting_envs([5, 5])), policy, seed=0)
+    with pytest.raises(error, match=message):
+        worker.collect(1)
+
+
+def test_bad_worker_arguments_are_refused(no_leaks):
+    with ParallelEnv(counting_envs([5]), para_mode="dummy") as penv:
+        with pytest.raises(TypeError, match="policy must be callable"):
+            VecWorker(penv, "random")
+        with pytest.raises(TypeError, match="penv must be a ParallelEnv"):
+            VecWorker(gym.make("CartPole-v1"), lean_policy)
+        with pytest.raises(ValueError, match="max_episode_length=0"):
+            VecWorker(penv, cycle_actions, max_episode_length=0)
+        with pytest.raises(ValueError, match="output='jax'"):
+            VecWorker(penv, cycle_actions, output="jax")
+        with pytest.raises(ValueError, match="num_steps=0"):
+            VecWorker(penv, cycle_actions).collect(0)
+
+
+# ------------------------------------------------------------------ torch
+
+
+def test_a_torch_policy_drives_numpy_envs_and_results_come_as_tensors(make_penv):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+
+    class Greedy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+        def forward(self, obs):
+            assert torch.is_tensor(obs) and obs.dtype == torch.float32
+            return self.net(obs).argmax(dim=1)
+
+    policy = Greedy()
+    penv = make_penv([lambda: gym.make("CartPole-v1")] * 2)
+    worker = VecWorker(penv, policy, output="torch", device="cpu", seed=0)
+    batch = worker.collect(30)
+    assert torch.is_tensor(batch.obs) and batch.obs.shape == (30, 2, 4) and batch.obs.device.type == "cpu"
+    assert torch.is_tensor(batch.reward) and batch.terminated.dtype == torch.bool
+    assert not batch.obs.requires_grad  # collection builds no graph
+    episode = worker.rollout()
+    assert torch.is_tensor(episode.observations) and episode.observations.shape == (int(episode.lengths[0]), 4)
+    other = Greedy()
+    worker.update_agent(other.state_dict())
+    assert worker.policy is policy
+    assert all(torch.equal(a, b) for a, b in zip(policy.parameters(), other.parameters(), strict=True))
+
+
+def test_numpy_results_from_a_policy_that_returns_tensors(make_penv):
+    torch = pytest.importorskip("torch")
+    worker = VecWorker(make_penv(counting_envs([3, 3])), lambda obs: torch.ones(len(obs), dtype=torch.int64), seed=0)
+    batch = worker.collect(2)
+    assert isinstance(batch.action, np.ndarray) and batch.action.tolist() == [[1, 1], [1, 1]]
+
+
+def test_rollout_with_numpy_imports_neither_torch_nor_ray():
+    code = (
+        "import sys, numpy as np\n"
+        "import parallelenv, parallelenv.rollout, parallelenv.integrations.gymnasium\n"
+        "from parallelenv import ParallelEnv\n"
+        "from parallelenv.rollout import VecWorker\n"
+        "with VecWorker(ParallelEnv.make('CartPole-v1', 2, 'dummy'), lambda o: np.zeros(2, np.int64)) as w:\n"
+        "    w.collect(3); w.rollout()\n"
+        "    ParallelEnv.make('CartPole-v1', 2, 'dummy').as_gymnasium().close()\n"
+        "bad = [m for m in ('torch', 'ray', 'stable_baselines3') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=TESTS_DIR.parent, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def readme_block(after: str) -> str:
+    """The first code block of README.rst after the line that starts with ``after``."""
+    lines = (TESTS_DIR.parent / "README.rst").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(after))
+    start = next(i for i in range(start, len(lines)) if lines[i].startswith(".. code-block::")) + 1
+    block = []
+    for line in lines[start:]:
+        if line and not line.startswith("   "):
+            break
+        block.append(line[3:])
+    return textwrap.dedent("\n".join(block))
+
+
+@pytest.mark.slow
+def test_the_readme_training_loop_runs(tmp_path, no_leaks):
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(readme_block("A complete training loop"))
+    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mean return" in done.stdout
+
+
+class TorchResults(ParallelEnv):
+    """A ParallelEnv whose results are tensors, as the tensor backend's are: the worker's other path."""
+
+    def reset(self, *args, **kwargs):
+        obs, info = super().reset(*args, **kwargs)
+        return to_torch(obs, "cpu"), info
+
+    def step(self, actions, *args, **kwargs):
+        assert is_tensor(actions), "a tensor ParallelEnv is handed tensors"
+        obs, reward, terminated, truncated, info = super().step(to_numpy(actions), *args, **kwargs)
+        info = {key: to_torch(value, "cpu") if key.endswith("ended_state") else value for key, value in info.items()}
+        return to_torch((obs, reward, terminated, truncated), "cpu") + (info,)
+
+
+@pytest.mark.parametrize("asynchronous", ["restart", "idle"])
+def test_tensor_results_stay_tensors_end_to_end(no_leaks, asynchronous):
+    torch = pytest.importorskip("torch")
+    seen = []
+
+    def policy(obs):
+        seen.append(type(obs))
+        return (obs[:, 0] + obs[:, 1]).long() % 5
+
+    with TorchResults(counting_envs([2, 3]), para_mode="dummy", asynchronous=asynchronous) as penv:
+        worker = VecWorker(penv, policy, seed=0)
+        batch = worker.collect(6)
+        assert set(seen) == {torch.Tensor}
+        assert all(torch.is_tensor(x) for x in (batch.obs, batch.action, batch.reward, batch.next_obs))
+        torch.testing.assert_close(batch.next_obs[..., 1], batch.obs[..., 1] + 1)
+        np.testing.assert_array_equal(batch.episode_lengths, [2, 3, 2, 2, 3])
+        episodes = worker.rollout()
+        assert torch.is_tensor(episodes.observations) and episodes.lengths.tolist() == [2]
+        numpy_worker = VecWorker(penv, cycle_actions, output="numpy", seed=0)
+        assert isinstance(numpy_worker.collect(2).obs, np.ndarray)
+
+
+def has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_cuda(), reason="needs a CUDA device")
+def test_results_on_a_cuda_device(make_penv):
+    import torch
+
+    net = torch.nn.Linear(4, 2).to("cuda")
+    worker = VecWorker(make_penv([lambda: gym.make("CartPole-v1")] * 2), lambda obs: net(obs).argmax(dim=1),
+                       output="torch", device="cuda", seed=0)
+    batch = worker.collect(20)
+    assert all(x.device.type == "cuda" for x in (batch.obs, batch.action, batch.reward, batch.next_obs))
+    assert worker.rollout().observations.device.type == "cuda"
