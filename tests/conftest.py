@@ -22,8 +22,12 @@ from parallelenv.backends import backend_names
 from parallelenv.backends.shm import NAME_PREFIX
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
+HAS_TORCH = importlib.util.find_spec("torch") is not None
 RAY_BACKENDS = ("ray", "ray-subproc")
-BACKENDS = [name for name in backend_names() if name in ("dummy", "subproc") or (HAS_RAY and name in RAY_BACKENDS)]
+BACKENDS = [
+    name for name in backend_names()
+    if name in ("dummy", "subproc") or (HAS_RAY and name in RAY_BACKENDS) or (HAS_TORCH and name == "tensor")
+]
 # Small groups, so that a test has several workers (or actors) with several envs each.
 BACKEND_OPTIONS: dict[str, dict[str, Any]] = {
     "subproc": {"num_workers": 2},
@@ -98,6 +102,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     deselected = []
     for item in items:
+        if HAS_TORCH and getattr(item, "callspec", None) and item.callspec.params.get("backend") == "tensor":
+            from tensor_envs import NOT_FOR_TENSOR
+
+            reason = NOT_FOR_TENSOR.get(getattr(item, "originalname", item.name))
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=f"not for the tensor backend: {reason}"))
         on_ray = getattr(item, "callspec", None) and item.callspec.params.get("backend") in RAY_BACKENDS
         if on_ray and item.get_closest_marker("local_backends") and not item.get_closest_marker("every_backend"):
             deselected.append(item)
@@ -142,6 +152,12 @@ def make_penv(backend: str) -> Iterator[Callable[..., ParallelEnv]]:
             options["num_workers"] = min(options.get("num_workers", 2), len(envs))
         if backend == "ray-subproc":
             options["num_actors"] = min(options.get("num_actors", 2), len(envs))
+        if backend == "tensor":  # one batched twin of the envs, results seen as NumPy
+            from tensor_envs import NumpyView, twin
+
+            view = NumpyView(ParallelEnv(twin(envs), para_mode=backend, **options))
+            made.append(view.penv)
+            return view  # type: ignore[return-value]
         penv = ParallelEnv(envs, para_mode=backend, **options)
         made.append(penv)
         if backend in RAY_BACKENDS:

@@ -1,0 +1,166 @@
+"""Counter-based random numbers, one independent stream per env.
+
+A draw of env ``i`` is a hash of its key (from its seed) and its counter (how
+many draws it made), so what env ``i`` sees depends on its own seed and
+history only: not on which other envs were reset, seeded or stepped with it.
+Every draw is computed for all envs at once, and a mask says whose counter
+advances, so nothing depends on data the host would have to read back.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+_MASK32 = 0xFFFFFFFF
+# Odd constants of the murmur3 finalizer and the golden ratio, as signed int32.
+_M1 = 0x85EBCA6B - 2**32
+_M2 = 0xC2B2AE35 - 2**32
+_GOLDEN = 0x9E3779B9 - 2**32
+_TO_UNIT = 2.0**-24
+
+
+def _mix(h: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """murmur3's 32-bit finalizer, in place on an int32 tensor (multiplication wraps)."""
+    t = torch.empty_like(h) if scratch is None else scratch
+    # `>>` is arithmetic on signed ints: the mask makes it the logical shift of uint32.
+    for shift, multiplier in ((16, _M1), (13, _M2), (16, None)):
+        torch.bitwise_right_shift(h, shift, out=t).bitwise_and_((1 << (32 - shift)) - 1)
+        h.bitwise_xor_(t)
+        if multiplier is not None:
+            h.mul_(multiplier)
+    return h
+
+
+def _wrap(value: int) -> int:
+    """``value`` modulo 2**32, as a signed int32."""
+    value &= _MASK32
+    return value - 2**32 if value >= 2**31 else value
+
+
+def _halves(seed: int) -> tuple[int, int]:
+    """Fold a non-negative int of any size into two 32-bit halves."""
+    lo = hi = 0
+    while True:
+        lo ^= seed & _MASK32
+        hi ^= (seed >> 32) & _MASK32
+        seed >>= 64
+        if not seed:
+            return lo, hi
+
+
+class CounterRNG:
+    """Per-env random streams: ``key`` from the env's seed, ``counter`` its draws so far.
+
+    Example:
+        >>> import torch
+        >>> rng = CounterRNG(3, torch.device("cpu"))
+        >>> rng.seed(None, [7, 7, 8])
+        >>> u = rng.uniform((2,), -1.0, 1.0)
+        >>> bool((u[0] == u[1]).all()), bool((u[0] == u[2]).all())
+        (True, False)
+    """
+
+    def __init__(self, num_envs: int, device: torch.device) -> None:
+        self.num_envs = num_envs
+        self.device = device
+        self.key = torch.empty(num_envs, dtype=torch.int32, device=device)
+        self.counter = torch.zeros(num_envs, dtype=torch.int32, device=device)
+        self._scratch: dict[tuple[int, torch.dtype, int], tuple[torch.Tensor, ...]] = {}
+        # Unseeded envs get streams from the OS's entropy, as Gymnasium's do.
+        self.seed(None, secrets.randbits(63))
+
+    def seed(self, ids: torch.Tensor | None, seeds: int | Sequence[int | None]) -> None:
+        """Restart the streams of the envs of ``ids`` (all when None).
+
+        ``seeds`` is one base seed, from which env ``i`` derives its own key
+        from ``(seed, i)``, or one seed per env of ``ids`` (None: keep its stream).
+        """
+        if isinstance(seeds, int):
+            lo, hi = _halves(seeds)
+            index = np.arange(self.num_envs, dtype=np.int64)
+            keys = self._keys(np.full(self.num_envs, lo), np.full(self.num_envs, hi), index)
+            chosen = None if ids is None else self._mask(ids)
+        else:
+            halves = np.array([_halves(s or 0) for s in seeds], dtype=np.int64).reshape(-1, 2)
+            # An explicit seed owns its stream alone: the env index stays out of its key.
+            keys = self._keys(halves[:, 0], halves[:, 1], np.zeros(len(halves), dtype=np.int64))
+            keep = torch.tensor([s is None for s in seeds], device=self.device)
+            if ids is not None:
+                keys, keep = self._spread(keys, ids), self._spread(keep, ids) | ~self._mask(ids)
+            chosen = ~keep
+        if chosen is None:
+            self.key.copy_(keys)
+            self.counter.zero_()
+        else:
+            torch.where(chosen, keys, self.key, out=self.key)
+            self.counter.masked_fill_(chosen, 0)
+
+    def _mask(self, ids: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        mask[ids] = True
+        return mask
+
+    def _keys(self, lo: np.ndarray, hi: np.ndarray, index: np.ndarray) -> torch.Tensor:
+        def tensor(values: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy((values & _MASK32).astype(np.uint32).view(np.int32)).to(self.device)
+
+        h = _mix(tensor(lo) + _mix(tensor(hi) + _GOLDEN))
+        return _mix(h ^ _mix(tensor(index) + _M1))
+
+    def _spread(self, per_id: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Values given for ``ids``, in their order, placed at their envs in a full-size tensor."""
+        full = torch.zeros(self.num_envs, dtype=per_id.dtype, device=self.device)
+        full[ids] = per_id
+        return full
+
+    def uniform(
+        self, shape: tuple[int, ...], low: float, high: float, rows: torch.Tensor | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
+        """Uniform draws in ``[low, high)`` for the envs of ``rows``, whose counters advance.
+
+        ``rows`` is None (every env), an index tensor (draws for those envs,
+        in its order) or a boolean mask (draws for every env, counters
+        advancing only where it is set). The result, ``(len, *shape)``, is a
+        view of a buffer that the next draw of the same size overwrites.
+        """
+        size = int(np.prod(shape, dtype=np.int64))
+        indexed = rows is not None and rows.dtype != torch.bool
+        key, counter = (self.key[rows], self.counter[rows]) if indexed else (self.key, self.counter)
+        base, bits, scratch, unit = self._buffers(size, dtype, len(key))
+        _mix(torch.mul(key, _GOLDEN, out=base).add_(counter), scratch[0])
+        # One contiguous row per value (lane): broadcasting over a trailing axis is slow on CPU.
+        for lane in range(size):
+            torch.add(base, _wrap(_M2 * (lane + 1)), out=bits[lane])
+        _mix(bits, scratch)
+        unit.copy_(torch.bitwise_right_shift(bits, 8, out=scratch).bitwise_and_(0xFFFFFF))
+        unit.mul_((high - low) * _TO_UNIT).add_(low)
+        if rows is None:
+            self.counter += 1
+        elif indexed:
+            self.counter[rows] += 1
+        else:
+            self.counter += rows
+        return unit.t().reshape(len(key), *shape) if len(shape) != 1 else unit.t()
+
+    def _buffers(self, size: int, dtype: torch.dtype, count: int) -> tuple[torch.Tensor, ...]:
+        """Scratch tensors for ``size`` draws for ``count`` envs, allocated on first use."""
+        key = (size, dtype, count)
+        if key not in self._scratch:
+            if count != self.num_envs:  # a handful of envs being reset: not worth keeping
+                return self._allocate(size, dtype, count)
+            self._scratch[key] = self._allocate(size, dtype, count)
+        return self._scratch[key]
+
+    def _allocate(self, size: int, dtype: torch.dtype, count: int) -> tuple[torch.Tensor, ...]:
+        device = self.device
+        return (
+            torch.empty(count, dtype=torch.int32, device=device),
+            torch.empty(size, count, dtype=torch.int32, device=device),
+            torch.empty(size, count, dtype=torch.int32, device=device),
+            torch.empty(size, count, dtype=dtype, device=device),
+        )
