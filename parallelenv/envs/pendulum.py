@@ -51,7 +51,9 @@ class Pendulum(TensorEnv):
         self.theta = torch.zeros(num_envs, dtype=dtype, device=self.device)
         self.theta_dot = torch.zeros(num_envs, dtype=dtype, device=self.device)
         self.elapsed = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
-        self._scratch = torch.empty(3, num_envs, dtype=dtype, device=self.device)
+        self._scratch = torch.empty(2, num_envs, dtype=dtype, device=self.device)
+        self._torque = torch.empty(num_envs, device=self.device)
+        self._torque_term = torch.empty(num_envs, device=self.device)
 
     def reset_envs(self, rows: Rows, options: dict[str, Any] | None) -> None:
         options = options or {}
@@ -63,15 +65,17 @@ class Pendulum(TensorEnv):
         self._observe()
 
     def step_envs(self, actions: torch.Tensor) -> None:
-        u, cost, term = self._scratch.unbind(0)
-        u.copy_(actions[:, 0]).clamp_(-self.max_torque, self.max_torque)
+        cost, term = self._scratch.unbind(0)
+        # The torque's terms in the action's float32, as Gymnasium's NumPy computes them.
+        u = torch.clamp(actions[:, 0], -self.max_torque, self.max_torque, out=self._torque)
         # angle_normalize(theta) ** 2 + 0.1 * theta_dot ** 2 + 0.001 * u ** 2
         torch.add(self.theta, math.pi, out=cost).remainder_(2 * math.pi).sub_(math.pi).square_()
         cost.add_(torch.square(self.theta_dot, out=term).mul_(0.1))
-        cost.add_(torch.square(u, out=term).mul_(0.001))
+        cost.add_(torch.square(u, out=self._torque_term).mul_(0.001))
         self.reward.copy_(cost).neg_()
         # theta_dot + (3 g / (2 l) sin(theta) + 3 / (m l^2) u) dt, clipped; then theta + theta_dot dt
-        torch.sin(self.theta, out=term).mul_(3 * self.g / (2 * self.l)).add_(u.mul_(3.0 / (self.m * self.l**2)))
+        torch.mul(u, 3.0 / (self.m * self.l**2), out=self._torque_term)
+        torch.sin(self.theta, out=term).mul_(3 * self.g / (2 * self.l)).add_(self._torque_term)
         self.theta_dot.add_(term.mul_(self.dt)).clamp_(-self.max_speed, self.max_speed)
         self.theta.add_(torch.mul(self.theta_dot, self.dt, out=term))
         self.elapsed += 1
