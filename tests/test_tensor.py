@@ -16,13 +16,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from envs import DictObsEnv, counting  # noqa: E402
-from tensor_envs import CountingTwin  # noqa: E402
+from envs import DictObsEnv, counting
+from tensor_envs import CountingTwin
 
-from parallelenv import ClosedError, EnvError, ParallelEnv  # noqa: E402
-from parallelenv.backends import backend_names  # noqa: E402
-from parallelenv.envs import TENSOR_ENVS, CartPole, Chasing, Pendulum, make_tensor_env  # noqa: E402
-from parallelenv.tensor import TensorEnv  # noqa: E402
+from parallelenv import ClosedError, EnvError, ParallelEnv
+from parallelenv.backends import backend_names
+from parallelenv.envs import TENSOR_ENVS, CartPole, Chasing, Pendulum, make_tensor_env
+from parallelenv.tensor import TensorEnv
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -142,7 +142,7 @@ def test_chasing_agent_that_heads_for_the_robot_catches_it():
         caught = torch.zeros(64, dtype=torch.bool)
         for _ in range(3000):
             toward = obs[:, 0:2] - obs[:, 4:6]
-            obs, reward, terminated, truncated, info = penv.step(toward)
+            obs, _reward, terminated, truncated, info = penv.step(toward)
             caught |= terminated & ~info["idle"]
             if bool(terminated.all()):
                 break
@@ -236,7 +236,7 @@ def test_ids_select_rows_and_batch_alignment_gives_python_scalars():
     with tensor_penv(CartPole(5, device="cpu")) as penv:
         penv.reset(seed=0)
         before = penv.env.obs.clone()
-        obs, reward, *_ = penv.step(torch.tensor([1, 0]), id=np.array([4, 1]))
+        obs, _reward, *_ = penv.step(torch.tensor([1, 0]), id=np.array([4, 1]))
         assert obs.shape == (2, 4)
         assert torch.equal(penv.env.obs[[0, 2, 3]], before[[0, 2, 3]])
         assert torch.equal(obs, penv.env.obs[[4, 1]])
@@ -327,9 +327,9 @@ def test_closed_and_wrong_arguments():
 def test_cpu_backends_hand_over_torch_tensors(no_leaks, mode):
     options = {"num_workers": 2} if mode == "subproc" else {}
     with ParallelEnv([counting(i, 9) for i in range(3)], para_mode=mode, output="torch", **options) as penv:
-        obs, info = penv.reset(seed=0)
+        obs, _ = penv.reset(seed=0)
         assert isinstance(obs, torch.Tensor) and obs.dtype == torch.float64
-        obs, reward, terminated, truncated, info = penv.step(torch.tensor([1, 2, 3]))
+        obs, reward, terminated, truncated, _ = penv.step(torch.tensor([1, 2, 3]))
         assert all(isinstance(x, torch.Tensor) for x in (obs, reward, terminated, truncated))
         assert obs[:, 2].tolist() == [1, 2, 3] and reward.tolist() == [1, 11, 21]
         (o, r, *_), *_ = penv.step(torch.tensor([4, 4]), id=[2, 0], align="batch")
@@ -385,7 +385,7 @@ def test_cuda_cartpole_steps_without_synchronising():
         torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
         try:
             for row in actions[1:]:
-                obs, reward, terminated, truncated, info = penv.step(row)
+                obs, _reward, _terminated, _truncated, info = penv.step(row)
         finally:
             torch.cuda.set_sync_debug_mode("default")
         assert obs.device.type == "cuda" and info["ended_state"].device.type == "cuda"
