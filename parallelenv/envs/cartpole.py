@@ -68,8 +68,11 @@ class CartPole(TensorEnv):
         self.elapsed = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
         self.reward.fill_(1.0)
         # Scratch space for the step, allocated once.
-        self._scratch = torch.empty(6, num_envs, dtype=dtype, device=self.device)
+        self._scratch = torch.empty(6, num_envs, dtype=dtype, device=self.device).unbind(0)
+        self._columns = self.state.unbind(1)  # views: x, x_dot, theta, theta_dot
         self._flag = torch.empty(num_envs, dtype=torch.bool, device=self.device)
+        self._constants_of: tuple[float, ...] | None = None
+        self._constant_tensors: dict[str, torch.Tensor] = {}
 
     def reset_envs(self, rows: Rows, options: dict[str, Any] | None) -> None:
         low, high = reset_bounds(options, -0.05, 0.05)
@@ -79,24 +82,48 @@ class CartPole(TensorEnv):
             self.obs.copy_(self.state)
 
     def step_envs(self, actions: torch.Tensor) -> None:
-        x, x_dot, theta, theta_dot = self.state.unbind(1)
-        force, cos, sin, temp, thetaacc, xacc = self._scratch.unbind(0)
-        fm, pml, total = self.force_mag, self.polemass_length, self.total_mass
-        torch.mul(actions, 2 * fm, out=force).sub_(fm)
-        torch.cos(theta, out=cos)
+        x, x_dot, theta, theta_dot = self._columns
+        force, cos, sin, temp, thetaacc, xacc = self._scratch
+        k = self._constants
+        total, pml, tau = self.total_mass, self.polemass_length, self.tau
+        # Gymnasium's formulas with their constants folded, each in one operation where torch has one:
+        # temp = (force + pml theta_dot^2 sin) / total
+        torch.mul(actions, k["2 force / total"], out=force).sub_(k["force / total"])
         torch.sin(theta, out=sin)
-        # The same operations in the same order as Gymnasium's, so float64 results agree to the last bits.
-        torch.mul(theta_dot, theta_dot, out=temp).mul_(pml).mul_(sin).add_(force).div_(total)
-        torch.mul(cos, cos, out=xacc).mul_(self.masspole).div_(total).neg_().add_(4.0 / 3.0).mul_(self.length)
-        torch.mul(sin, self.gravity, out=thetaacc).addcmul_(cos, temp, value=-1.0).div_(xacc)
-        torch.mul(thetaacc, pml, out=xacc).mul_(cos).div_(total).neg_().add_(temp)
-        x.add_(x_dot, alpha=self.tau)
-        x_dot.add_(xacc, alpha=self.tau)
-        theta.add_(theta_dot, alpha=self.tau)
-        theta_dot.add_(thetaacc, alpha=self.tau)
-        torch.gt(torch.abs(x, out=cos), self.x_threshold, out=self.terminated)
-        self.terminated.logical_or_(torch.gt(torch.abs(theta, out=cos), self.theta_threshold_radians, out=self._flag))
-        self.elapsed += 1
-        torch.ge(self.elapsed, self.max_episode_steps, out=self.truncated)
+        torch.cos(theta, out=cos)
+        torch.mul(theta_dot, theta_dot, out=temp).mul_(sin)
+        torch.add(force, temp, alpha=pml / total, out=temp)
+        # thetaacc = (g sin - cos temp) / (length (4/3 - masspole cos^2 / total))
+        torch.mul(cos, cos, out=xacc).mul_(k["-length masspole / total"]).add_(k["4/3 length"])
+        torch.mul(sin, k["gravity"], out=thetaacc).addcmul_(cos, temp, value=-1.0).div_(xacc)
+        # xacc = temp - pml thetaacc cos / total
+        torch.add(temp, torch.mul(thetaacc, cos, out=xacc), alpha=-pml / total, out=xacc)
+        x.add_(x_dot, alpha=tau)
+        x_dot.add_(xacc, alpha=tau)
+        theta.add_(theta_dot, alpha=tau)
+        theta_dot.add_(thetaacc, alpha=tau)
+        torch.gt(torch.abs(x, out=cos), k["x_threshold"], out=self.terminated)
+        self.terminated.logical_or_(torch.gt(torch.abs(theta, out=sin), k["theta_threshold"], out=self._flag))
+        self.elapsed.add_(k["1"])
+        torch.ge(self.elapsed, k["max_episode_steps"], out=self.truncated)
         if self.state is not self.obs:
             self.obs.copy_(self.state)
+
+    @property
+    def _constants(self) -> dict[str, torch.Tensor]:
+        """The step's constants as 0-dim tensors: torch converts a Python number at every call."""
+        key = (self.gravity, self.masscart, self.masspole, self.length, self.force_mag, self.max_episode_steps)
+        if self._constants_of != key:
+            total = self.masspole + self.masscart
+            self.total_mass, self.polemass_length = total, self.masspole * self.length
+            values = {
+                "2 force / total": 2 * self.force_mag / total, "force / total": self.force_mag / total,
+                "-length masspole / total": -self.length * self.masspole / total,
+                "4/3 length": self.length * 4.0 / 3.0, "gravity": self.gravity,
+                "x_threshold": self.x_threshold, "theta_threshold": self.theta_threshold_radians,
+            }
+            self._constant_tensors = {name: torch.tensor(v, dtype=self.dtype) for name, v in values.items()}
+            self._constant_tensors["1"] = torch.tensor(1, dtype=torch.int32)
+            self._constant_tensors["max_episode_steps"] = torch.tensor(self.max_episode_steps, dtype=torch.int32)
+            self._constants_of = key
+        return self._constant_tensors

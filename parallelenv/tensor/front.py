@@ -27,7 +27,6 @@ from parallelenv.policies import resolve_policy
 from parallelenv.tensor.env import TensorEnv, torch_dtype
 from parallelenv.tensor.results import (
     StepResult,
-    add_entry,
     apply_none_results,
     concatenate,
     per_env_resets,
@@ -248,6 +247,8 @@ class TensorParallelEnv(ParallelEnv):
             if tuple(actions.shape) != expected:
                 raise ValueError(f"actions has shape {tuple(actions.shape)}; expected {expected} "
                                  f"({count} envs of {self.single_action_space})")
+            if actions.dtype == self._action_dtype and actions.device == self.device:
+                return actions
             if actions.dtype != self._action_dtype:
                 if actions.is_floating_point() and not self._action_dtype.is_floating_point:
                     raise TypeError(f"actions of dtype {actions.dtype} cannot be cast safely to "
@@ -290,7 +291,8 @@ class TensorParallelEnv(ParallelEnv):
         done = torch.logical_or(env.terminated, env.truncated)
         if asked is not None:
             done &= asked
-        info = rows(env.infos, index)
+        info = rows(env.infos, index) if env.infos else {}
+        mine = done if index is None else done[index]
         if policy.restarts_finished_envs:
             ended = env.obs.clone() if index is None else env.obs[index]
             try:
@@ -298,14 +300,13 @@ class TensorParallelEnv(ParallelEnv):
             except Exception as exc:
                 self._raise_env_error(exc, None if index is None else index.cpu().numpy(), "reset")
             env.infos = {}
-            mine = done if index is None else done[index]
-            add_entry(info, "ended_state", ended, mine)
-            add_entry(info, "reset", mine, mine.clone())
+            # One tensor serves as the value and the mask of both entries: no copy per step.
+            info["ended_state"], info["_ended_state"], info["reset"], info["_reset"] = ended, mine, mine, mine
         if policy.tracks_finished:
-            policy.after_step(self._finished, slice(None) if index is None else index,
-                              done if index is None else done[index])
-        take = (lambda t: t.clone()) if index is None else (lambda t: t[index])
-        return StepResult(take(env.obs), take(env.reward), take(env.terminated), take(env.truncated), info)
+            policy.after_step(self._finished, slice(None) if index is None else index, mine)
+        if index is None:
+            return StepResult(env.obs.clone(), env.reward.clone(), env.terminated.clone(), env.truncated.clone(), info)
+        return StepResult(env.obs[index], env.reward[index], env.terminated[index], env.truncated[index], info)
 
     def _option_groups(self, per_env_options: Sequence[Any], ids: np.ndarray | None) -> list[tuple[Any, torch.Tensor]]:
         """Envs that share reset options, as (options, mask) pairs: one reset call per distinct options."""

@@ -23,12 +23,24 @@ _GOLDEN = 0x9E3779B9 - 2**32
 _TO_UNIT = 2.0**-24
 
 
+def _int32(value: int) -> torch.Tensor:
+    # A 0-dim int32 operand costs half the time of a Python int, which torch converts at every call.
+    return torch.tensor(value, dtype=torch.int32)
+
+
+# (shift, mask of the bits left after it, multiplier) of each round of the finalizer.
+_ROUNDS = [(_int32(shift), _int32((1 << (32 - shift)) - 1), None if m is None else _int32(m))
+           for shift, m in ((16, _M1), (13, _M2), (16, None))]
+_SHIFT_8, _MASK_24 = _int32(8), _int32(0xFFFFFF)
+_LANES_NP = (np.arange(1, 65, dtype=np.uint64) * (_M2 & _MASK32) & _MASK32).astype(np.uint32)
+
+
 def _mix(h: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
     """murmur3's 32-bit finalizer, in place on an int32 tensor (multiplication wraps)."""
     t = torch.empty_like(h) if scratch is None else scratch
     # `>>` is arithmetic on signed ints: the mask makes it the logical shift of uint32.
-    for shift, multiplier in ((16, _M1), (13, _M2), (16, None)):
-        torch.bitwise_right_shift(h, shift, out=t).bitwise_and_((1 << (32 - shift)) - 1)
+    for shift, mask, multiplier in _ROUNDS:
+        torch.bitwise_right_shift(h, shift, out=t).bitwise_and_(mask)
         h.bitwise_xor_(t)
         if multiplier is not None:
             h.mul_(multiplier)
@@ -69,7 +81,11 @@ class CounterRNG:
         self.device = device
         self.key = torch.empty(num_envs, dtype=torch.int32, device=device)
         self.counter = torch.zeros(num_envs, dtype=torch.int32, device=device)
-        self._scratch: dict[tuple[int, torch.dtype, int], tuple[torch.Tensor, ...]] = {}
+        self._scratch: dict[tuple[int, torch.dtype], tuple[torch.Tensor, ...]] = {}
+        self._ones = torch.ones(num_envs, dtype=torch.int32, device=device)
+        self._lanes: list[torch.Tensor] = []
+        #: Draw with NumPy over the tensors' memory (CPU only): the same bits, for less per call.
+        self.numpy_math = device.type == "cpu"
         # Unseeded envs get streams from the OS's entropy, as Gymnasium's do.
         self.seed(None, secrets.randbits(63))
 
@@ -129,38 +145,67 @@ class CounterRNG:
         view of a buffer that the next draw of the same size overwrites.
         """
         size = int(np.prod(shape, dtype=np.int64))
+        if self.numpy_math:
+            return self._uniform_numpy(size, shape, low, high, rows, dtype)
         indexed = rows is not None and rows.dtype != torch.bool
         key, counter = (self.key[rows], self.counter[rows]) if indexed else (self.key, self.counter)
-        base, bits, scratch, unit = self._buffers(size, dtype, len(key))
-        _mix(torch.mul(key, _GOLDEN, out=base).add_(counter), scratch[0])
-        # One contiguous row per value (lane): broadcasting over a trailing axis is slow on CPU.
-        for lane in range(size):
-            torch.add(base, _wrap(_M2 * (lane + 1)), out=bits[lane])
+        count = len(key)
+        bits, scratch, unit = self._buffers(size, dtype, count)
+        # One finalizer over (key, counter, lane): the key is already a mixed 32-bit value.
+        torch.add(key, counter, alpha=_M1, out=bits[0])
+        for lane in range(size - 1, -1, -1):  # lane 0 last: it reads its own row
+            torch.add(bits[0], self._lanes[lane], out=bits[lane])
         _mix(bits, scratch)
-        unit.copy_(torch.bitwise_right_shift(bits, 8, out=scratch).bitwise_and_(0xFFFFFF))
+        unit.copy_(torch.bitwise_right_shift(bits, _SHIFT_8, out=scratch).bitwise_and_(_MASK_24))
         unit.mul_((high - low) * _TO_UNIT).add_(low)
         if rows is None:
             self.counter += 1
         elif indexed:
-            self.counter[rows] += 1
+            self.counter.index_add_(0, rows, self._ones[:count])
         else:
             self.counter += rows
-        return unit.t().reshape(len(key), *shape) if len(shape) != 1 else unit.t()
+        return unit.t().reshape(count, *shape) if len(shape) != 1 else unit.t()
+
+    def _uniform_numpy(
+        self, size: int, shape: tuple[int, ...], low: float, high: float, rows: torch.Tensor | None,
+        dtype: torch.dtype,
+    ) -> torch.Tensor:
+        """:meth:`uniform` on the CPU, bit for bit: NumPy has unsigned shifts and costs less per call."""
+        key, counter = self.key.numpy().view(np.uint32), self.counter.numpy().view(np.uint32)
+        picked = None if rows is None else rows.numpy()
+        if picked is not None and picked.dtype != np.bool_:
+            key, counter = key[picked], counter[picked]
+        bits = (key + counter * np.uint32(_M1 & _MASK32))[None, :] + _LANES_NP[:size, None]
+        t = np.empty_like(bits)
+        for shift, multiplier in ((16, _M1), (13, _M2), (16, None)):
+            np.right_shift(bits, shift, out=t)
+            bits ^= t
+            if multiplier is not None:
+                bits *= np.uint32(multiplier & _MASK32)
+        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        unit = np.right_shift(bits, 8, out=t).astype(np_dtype)
+        unit *= np_dtype.type((high - low) * _TO_UNIT)
+        unit += np_dtype.type(low)
+        all_counters = self.counter.numpy().view(np.uint32)
+        if picked is None:
+            all_counters += 1
+        elif picked.dtype == np.bool_:
+            all_counters += picked
+        else:
+            all_counters[picked] += 1
+        return torch.from_numpy(unit.T.reshape(len(key), *shape) if len(shape) != 1 else unit.T)
 
     def _buffers(self, size: int, dtype: torch.dtype, count: int) -> tuple[torch.Tensor, ...]:
-        """Scratch tensors for ``size`` draws for ``count`` envs, allocated on first use."""
-        key = (size, dtype, count)
+        """Scratch tensors for ``size`` draws for up to ``num_envs`` envs, allocated on first use."""
+        key = (size, dtype)
         if key not in self._scratch:
-            if count != self.num_envs:  # a handful of envs being reset: not worth keeping
-                return self._allocate(size, dtype, count)
-            self._scratch[key] = self._allocate(size, dtype, count)
-        return self._scratch[key]
-
-    def _allocate(self, size: int, dtype: torch.dtype, count: int) -> tuple[torch.Tensor, ...]:
-        device = self.device
-        return (
-            torch.empty(count, dtype=torch.int32, device=device),
-            torch.empty(size, count, dtype=torch.int32, device=device),
-            torch.empty(size, count, dtype=torch.int32, device=device),
-            torch.empty(size, count, dtype=dtype, device=device),
-        )
+            n, device = self.num_envs, self.device
+            self._lanes = [_int32(_wrap(_M2 * (lane + 1))) for lane in range(max(size, len(self._lanes)))]
+            self._scratch[key] = (
+                torch.empty(size, n, dtype=torch.int32, device=device),
+                torch.empty(size, n, dtype=torch.int32, device=device),
+                torch.empty(size, n, dtype=dtype, device=device),
+            )
+        if count == self.num_envs:
+            return self._scratch[key]
+        return tuple(t[:, :count] for t in self._scratch[key])
