@@ -193,22 +193,13 @@ register("gymnasium-async", SUBPROCESS, requires=("gymnasium",),
     functools.partial(GymnasiumRunner, asynchronous=True))
 
 
-class GymnasiumVectorRunner(Runner):
+class GymnasiumVectorRunner(GymnasiumRunner):
     """Gymnasium's NumPy-vectorised CartPole (``vectorization_mode="vector_entry_point"``)."""
 
     def __init__(self, factories: Sequence[EnvFactory]) -> None:
         import gymnasium
 
         self.venv = gymnasium.make_vec("CartPole-v1", num_envs=len(factories), vectorization_mode="vector_entry_point")
-
-    def reset(self, seed: int) -> None:
-        self.venv.reset(seed=seed)
-
-    def step(self, actions: np.ndarray) -> None:
-        self.venv.step(actions)
-
-    def close(self) -> None:
-        self.venv.close()
 
 
 register("gymnasium-numpy-vector", IN_PROCESS, requires=("gymnasium",), workloads=frozenset(),
