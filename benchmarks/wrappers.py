@@ -118,8 +118,14 @@ class TensorRunner(Runner):
     """
 
     def __init__(self, factories: Sequence[EnvFactory], direct: bool) -> None:
+        import torch
+
         from parallelenv import ParallelEnv
         from parallelenv.envs import CartPole
+
+        # One core, as Gymnasium's NumPy uses: a like-for-like comparison, and on a
+        # shared machine torch's second thread waits for a core and stalls every op.
+        torch.set_num_threads(1)
 
         self.env = CartPole(len(factories), device="cpu")
         self.penv = None if direct else ParallelEnv(self.env, para_mode="tensor", asynchronous="restart")
@@ -153,10 +159,11 @@ class TensorRunner(Runner):
 
 
 register("parallelenv-tensor", IN_PROCESS, ours=True, requires=("parallelenv", "torch"),
-         workloads=frozenset(), note="ParallelEnv(CartPole(N), para_mode='tensor', asynchronous='restart')")(
+         workloads=frozenset(), note="ParallelEnv(CartPole(N), para_mode='tensor', asynchronous='restart'); one torch thread")(
     functools.partial(TensorRunner, direct=False))
 register("tensorenv-direct", IN_PROCESS, ours=True, requires=("parallelenv", "torch"), workloads=frozenset(),
-         note="parallelenv.envs.CartPole called directly, restarting finished envs: the front's overhead")(
+         note="parallelenv.envs.CartPole called directly, restarting finished envs (the front's overhead); "
+              "one torch thread")(
     functools.partial(TensorRunner, direct=True))
 
 

@@ -140,7 +140,8 @@ def twin(sources: list[Any]) -> CountingTwin:
 
 def to_numpy(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return value.item() if value.dim() == 0 else value.cpu().numpy()
+        # A copy: a step of every env hands over buffers that the next step rewrites.
+        return value.item() if value.dim() == 0 else value.cpu().numpy().copy()
     return value
 
 

@@ -192,8 +192,16 @@ class TensorEnv:
         their start; on an accelerator the mask is used as it is, since an
         index of data-dependent length would wait for the device.
         """
+        self.reset_rows(self.where(mask), options)
+
+    def reset_rows(self, rows: Rows, options: dict[str, Any] | None = None) -> None:
+        """:meth:`reset_envs` with ``self.infos`` emptied first."""
         self.infos = {}
-        self.reset_envs(torch.nonzero(mask).squeeze(1) if self.device.type == "cpu" else mask, options)
+        self.reset_envs(rows, options)
+
+    def where(self, mask: torch.Tensor) -> Rows:
+        """``mask`` as the rows to work on: an index on the CPU, the mask itself on an accelerator."""
+        return torch.nonzero(mask).squeeze(1) if self.device.type == "cpu" else mask
 
     def rows_mask(self, rows: Rows) -> torch.Tensor:
         """The boolean mask over every env of ``rows`` (for the ``_`` masks of ``self.infos``)."""

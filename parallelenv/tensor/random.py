@@ -121,11 +121,20 @@ class CounterRNG:
         return mask
 
     def _keys(self, lo: np.ndarray, hi: np.ndarray, index: np.ndarray) -> torch.Tensor:
-        def tensor(values: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy((values & _MASK32).astype(np.uint32).view(np.int32)).to(self.device)
+        """Mix a seed's halves and the env index into a 32-bit key (with NumPy: seeding is rare)."""
 
-        h = _mix(tensor(lo) + _mix(tensor(hi) + _GOLDEN))
-        return _mix(h ^ _mix(tensor(index) + _M1))
+        def mixed(values: np.ndarray) -> np.ndarray:
+            h = (values & _MASK32).astype(np.uint32)
+            for shift, multiplier in ((16, _M1), (13, _M2), (16, None)):
+                h ^= h >> np.uint32(shift)
+                if multiplier is not None:
+                    h *= np.uint32(multiplier & _MASK32)
+            return h
+
+        golden, m1 = np.uint32(_GOLDEN & _MASK32), np.uint32(_M1 & _MASK32)
+        h = mixed(lo.astype(np.uint32) + mixed(hi.astype(np.uint32) + golden))
+        keys = mixed(h ^ mixed(index.astype(np.uint32) + m1))
+        return torch.from_numpy(keys.view(np.int32)).to(self.device)
 
     def _spread(self, per_id: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Values given for ``ids``, in their order, placed at their envs in a full-size tensor."""
