@@ -140,7 +140,9 @@ class TensorEnv:
         ``rows`` is None (every env), an index tensor, or a boolean mask over
         every env (where building an index would wait for an accelerator).
         :func:`put_rows`, :func:`fill_rows` and ``self.rng.uniform(..., rows)``
-        take all three. Writes the envs' first obs into ``self.obs``.
+        take all three. Writes the envs' first obs into ``self.obs``; leaves
+        ``reward``, ``terminated`` and ``truncated`` alone (a restart happens
+        after the step that filled them, and before they are read).
         """
         raise NotImplementedError
 

@@ -25,7 +25,7 @@ from parallelenv.calls import Failure
 from parallelenv.errors import AlreadyPendingError, ClosedError
 from parallelenv.parallel_env import DEFAULT_CALL_TIMEOUT_S, ParallelEnv, _name
 from parallelenv.policies import resolve_policy
-from parallelenv.tensor.env import TensorEnv, torch_dtype
+from parallelenv.tensor.env import Rows, TensorEnv, torch_dtype
 from parallelenv.tensor.results import (
     StepResult,
     apply_none_results,
@@ -140,9 +140,9 @@ class TensorParallelEnv(ParallelEnv):
             if seeds is not None:
                 self.env.rng.seed(index, seeds)
             info: dict[str, Any] = {}
-            for env_options, mask in self._option_groups(per_env_options, ids):
-                self.env.reset_where(mask, env_options)
-                info.update(self.env.infos)  # envs outside the mask keep their masks False
+            for env_options, rows_of in self._option_groups(per_env_options, ids, index):
+                self.env.reset_rows(rows_of, env_options)
+                info.update(self.env.infos)  # envs outside the rows keep their masks False
         except Exception as exc:
             self._raise_env_error(exc, ids, "reset")
         if index is None:
@@ -199,17 +199,19 @@ class TensorParallelEnv(ParallelEnv):
         only be set for every env at once."""
         ids = self._ids(id)
         name = _name(name)
-        current = getattr(self.env, name, _MISSING)
         try:
-            if isinstance(current, torch.Tensor) and self._per_env(current):
+            current = getattr(self.env, name, _MISSING)
+            per_env = isinstance(current, torch.Tensor) and self._per_env(current)
+        except Exception as exc:
+            self._raise_env_error(exc, ids, name)
+        if not per_env and ids is not None and len(ids) < self.num_envs:
+            raise ValueError(f"{name!r} is not a per-env tensor of this {type(self.env).__name__}, so it is "
+                             "shared by every env: set it with id=None")
+        try:
+            if isinstance(current, torch.Tensor) and per_env:
                 current[slice(None) if ids is None else self._index(ids)] = value
-            elif ids is None or len(ids) == self.num_envs:
-                setattr(self.env, name, value)
             else:
-                raise ValueError(f"{name!r} is not a per-env tensor of this {type(self.env).__name__}, so it "
-                                 "is shared by every env: set it with id=None")
-        except ValueError:
-            raise
+                setattr(self.env, name, value)
         except Exception as exc:
             self._raise_env_error(exc, ids, name)
 
@@ -347,22 +349,22 @@ class TensorParallelEnv(ParallelEnv):
                               out.terminated.copy_(env.terminated), out.truncated.copy_(env.truncated), info)
         return StepResult(env.obs[index], env.reward[index], env.terminated[index], env.truncated[index], info)
 
-    def _option_groups(self, per_env_options: Sequence[Any], ids: np.ndarray | None) -> list[tuple[Any, torch.Tensor]]:
-        """Envs that share reset options, as (options, mask) pairs: one reset call per distinct options."""
+    def _option_groups(
+        self, per_env_options: Sequence[Any], ids: np.ndarray | None, index: torch.Tensor | None
+    ) -> list[tuple[Any, Rows]]:
+        """Envs that share reset options, as (options, rows) pairs: one reset per distinct options."""
         first = per_env_options[0] if per_env_options else None
-        if all(o == first for o in per_env_options):
-            mask = self.env._everyone if ids is None else self.env.mask(self._index(ids))
-            return [(first, mask)]
-        host = self._host_ids(ids)
+        if all(o is first for o in per_env_options) or all(o == first for o in per_env_options):
+            return [(first, index)]
         groups: list[tuple[Any, list[int]]] = []
-        for env_id, options in zip(host.tolist(), per_env_options, strict=True):
+        for env_id, options in zip(self._host_ids(ids).tolist(), per_env_options, strict=True):
             for group_options, members in groups:
                 if group_options == options:
                     members.append(env_id)
                     break
             else:
                 groups.append((options, [env_id]))
-        return [(options, self.env.mask(self._index(np.array(members)))) for options, members in groups]
+        return [(options, self._index(np.array(members))) for options, members in groups]
 
     def _raise_env_error(self, exc: Exception, ids: np.ndarray | None, method: str) -> Any:
         """An exception from the env's code becomes an EnvError naming the env.
