@@ -108,7 +108,7 @@ class TensorParallelEnv(ParallelEnv):
         self.single_action_space = envs.single_action_space
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)
-        self._action_shape = (n, *(self.single_action_space.shape or ()))
+        self._action_shape = torch.Size((n, *(self.single_action_space.shape or ())))
         self._action_dtype = torch_dtype(self.single_action_space)
         self._finished = torch.zeros(n, dtype=torch.bool, device=self.device)
         self._out = OutputBuffers.like(envs)
@@ -155,7 +155,8 @@ class TensorParallelEnv(ParallelEnv):
 
     def step(self, actions: Any, id: Any = None, align: str = "item") -> Any:
         ids = self._ids(id)
-        arguments.check_align(align)
+        if align != "item":
+            arguments.check_align(align)
         result = self._run_step(actions, ids)
         return per_env_results(result, None) if align == "batch" else result.as_item()
 
@@ -271,6 +272,9 @@ class TensorParallelEnv(ParallelEnv):
                                       "recv() first")
 
     def _actions(self, actions: Any, count: int) -> torch.Tensor:
+        if (isinstance(actions, torch.Tensor) and actions.shape == self._action_shape
+                and actions.dtype == self._action_dtype and actions.device == self.device):
+            return actions  # the hot path: a whole batch, as the env takes it
         expected = (count, *self._action_shape[1:])
         if isinstance(actions, torch.Tensor):
             if tuple(actions.shape) != expected:
