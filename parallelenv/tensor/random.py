@@ -32,7 +32,7 @@ def _int32(value: int) -> torch.Tensor:
 _ROUNDS = [(_int32(shift), _int32((1 << (32 - shift)) - 1), None if m is None else _int32(m))
            for shift, m in ((16, _M1), (13, _M2), (16, None))]
 _SHIFT_8, _MASK_24 = _int32(8), _int32(0xFFFFFF)
-_NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+_NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
 _LANES_NP = (np.arange(1, 65, dtype=np.uint64) * (_M2 & _MASK32) & _MASK32).astype(np.uint32)
 
 
@@ -192,7 +192,7 @@ class CounterRNG:
             bits ^= t
             if multiplier is not None:
                 bits *= np.uint32(multiplier & _MASK32)
-        np_dtype = _NUMPY_DTYPES.get(dtype) or torch.empty(0, dtype=dtype).numpy().dtype
+        np_dtype: np.dtype = _NUMPY_DTYPES.get(dtype) or torch.empty(0, dtype=dtype).numpy().dtype
         unit = np.right_shift(bits, 8, out=t).astype(np_dtype)
         unit *= np_dtype.type((high - low) * _TO_UNIT)
         unit += np_dtype.type(low)
