@@ -197,6 +197,23 @@ def test_restarts_draw_the_same_starts_whoever_else_restarts():
     assert starts_of_env_0(True) == starts_of_env_0(False)
 
 
+@pytest.mark.parametrize("rows", ["all", "index", "mask"])
+def test_numpy_and_torch_draws_are_the_same_bits(rows):
+    """On the CPU draws are made with NumPy; accelerators use the torch code: both must agree."""
+    from parallelenv.tensor import CounterRNG
+
+    numpy_rng, torch_rng = CounterRNG(300, torch.device("cpu")), CounterRNG(300, torch.device("cpu"))
+    torch_rng.numpy_math = False
+    chosen = {"all": None, "index": torch.tensor([7, 299, 0, 42]), "mask": torch.arange(300) % 3 == 0}[rows]
+    for rng in (numpy_rng, torch_rng):
+        rng.seed(None, 2**70 + 5)
+    for shape, dtype in (((4,), torch.float32), ((2, 3), torch.float64), ((1,), torch.float32)):
+        a = numpy_rng.uniform(shape, -2.0, 3.0, chosen, dtype=dtype).clone()
+        b = torch_rng.uniform(shape, -2.0, 3.0, chosen, dtype=dtype).clone()
+        assert torch.equal(a, b) and torch.equal(numpy_rng.counter, torch_rng.counter)
+        assert (a >= -2.0).all() and (a < 3.0).all()
+
+
 def test_step_of_some_ids_leaves_the_others_untouched():
     env = Chasing(4, device="cpu")  # draws random numbers in every step
     env.reset(seed=4)
