@@ -244,13 +244,13 @@ def test_results_are_tensors_on_the_envs_device_and_info_keys_are_always_there()
             assert isinstance(value, torch.Tensor) and value.device.type == "cpu"
         assert reward.dtype == torch.float32 and terminated.dtype == torch.bool
         assert set(info) == {"ended_state", "_ended_state", "reset", "_reset"} and not info["_reset"].any()
-        # The front's own buffers, rewritten by the next step: changing them leaves the envs alone.
+        # The env's output buffers, rewritten by the next step: changing them changes no env.
         state = penv.env.state.clone()
         obs.add_(100.0)
         reward.zero_()
-        assert torch.equal(penv.env.state, state) and (penv.env.reward == 1.0).all()
-        again, *_ = penv.step(torch.ones(8, dtype=torch.int64))
-        assert again.data_ptr() == obs.data_ptr() and torch.equal(again, penv.env.obs)
+        assert torch.equal(penv.env.state, state)
+        again, reward, *_ = penv.step(torch.ones(8, dtype=torch.int64))
+        assert again.data_ptr() == obs.data_ptr() and (again.abs() < 5).all() and (reward == 1.0).all()
         some, *_ = penv.step(torch.ones(2, dtype=torch.int64), id=[1, 0])
         assert some.data_ptr() != obs.data_ptr()  # results for ids are fresh tensors
 

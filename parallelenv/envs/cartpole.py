@@ -63,10 +63,8 @@ class CartPole(TensorEnv):
         self.tau = 0.02
         self.max_episode_steps = max_episode_steps
         self.dtype = dtype
-        # In float32 the state is the obs buffer itself: no copy per step.
-        self.state = self.obs if dtype == torch.float32 else torch.zeros(num_envs, 4, dtype=dtype, device=self.device)
+        self.state = torch.zeros(num_envs, 4, dtype=dtype, device=self.device)
         self.elapsed = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
-        self.reward.fill_(1.0)
         # Scratch space for the step, allocated once.
         self._scratch = torch.empty(6, num_envs, dtype=dtype, device=self.device).unbind(0)
         self._columns = self.state.unbind(1)  # views: x, x_dot, theta, theta_dot
@@ -76,10 +74,10 @@ class CartPole(TensorEnv):
 
     def reset_envs(self, rows: Rows, options: dict[str, Any] | None) -> None:
         low, high = reset_bounds(options, -0.05, 0.05)
-        put_rows(self.state, rows, self.rng.uniform((4,), low, high, rows, dtype=self.dtype))
+        start = self.rng.uniform((4,), low, high, rows, dtype=self.dtype)
+        put_rows(self.state, rows, start)
+        put_rows(self.obs, rows, start)
         fill_rows(self.elapsed, rows, 0)
-        if self.state is not self.obs:
-            self.obs.copy_(self.state)
 
     def step_envs(self, actions: torch.Tensor) -> None:
         x, x_dot, theta, theta_dot = self._columns
@@ -106,8 +104,8 @@ class CartPole(TensorEnv):
         self.terminated.logical_or_(torch.gt(torch.abs(theta, out=sin), k["theta_threshold"], out=self._flag))
         self.elapsed.add_(k["1"])
         torch.ge(self.elapsed, k["max_episode_steps"], out=self.truncated)
-        if self.state is not self.obs:
-            self.obs.copy_(self.state)
+        self.reward.fill_(1.0)
+        self.obs.copy_(self.state)  # as Gymnasium's returns a float32 copy of its state
 
     @property
     def _constants(self) -> dict[str, torch.Tensor]:

@@ -32,7 +32,7 @@ class Chasing(TensorEnv):
         torch.Size([4, 12])
     """
 
-    state_fields = ("robot", "agent", "distance", "elapsed")
+    state_fields = ("bodies", "distance", "elapsed")
 
     def __init__(
         self, num_envs: int, dim: int = 2, device: torch.device | str | None = None,
@@ -47,9 +47,10 @@ class Chasing(TensorEnv):
         self.max_episode_steps = max_episode_steps
         self.init_distance = init_distance
         self.catch_distance = catch_distance
-        # Position and velocity of each, side by side: views of the obs buffer.
-        self.robot = self.obs[:, : 2 * dim].view(num_envs, 2, dim)
-        self.agent = self.obs[:, 2 * dim :].view(num_envs, 2, dim)
+        # Position and velocity of the robot, then of the agent: the obs, laid out as bodies.
+        self.bodies = torch.zeros(num_envs, 4 * dim, device=self.device)
+        self.robot = self.bodies[:, : 2 * dim].view(num_envs, 2, dim)
+        self.agent = self.bodies[:, 2 * dim :].view(num_envs, 2, dim)
         self.distance = torch.zeros(num_envs, device=self.device)
         self.elapsed = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
 
@@ -60,6 +61,7 @@ class Chasing(TensorEnv):
         length = torch.linalg.vector_norm(heading, dim=1, keepdim=True).clamp_min_(1e-6)
         agent = heading / length * self.init_distance + robot
         start = torch.cat([robot, torch.zeros_like(robot), agent, torch.zeros_like(agent)], dim=1)
+        put_rows(self.bodies, rows, start)
         put_rows(self.obs, rows, start)
         put_rows(self.distance, rows, torch.linalg.vector_norm(agent - robot, dim=1))
         fill_rows(self.elapsed, rows, 0)
@@ -75,6 +77,7 @@ class Chasing(TensorEnv):
         torch.lt(distance, self.catch_distance, out=self.terminated)
         self.elapsed += 1
         torch.ge(self.elapsed, self.max_episode_steps, out=self.truncated)
+        self.obs.copy_(self.bodies)
 
     @staticmethod
     def _unit_clamped(vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

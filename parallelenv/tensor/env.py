@@ -73,7 +73,9 @@ class TensorEnv:
     ``state_fields`` (the names of their per-env tensors, first dimension
     ``num_envs``), and implement :meth:`reset_envs` and :meth:`step_envs`.
     Both write their results into the buffers allocated here once
-    (``self.obs``, ``self.reward``, ``self.terminated``, ``self.truncated``)
+    (``self.obs``, ``self.reward``, ``self.terminated``, ``self.truncated``),
+    which are outputs only: they are handed to the caller as they are, so
+    the env's state lives in its own tensors and every step rewrites them,
     and may put a Gymnasium vector info (``key`` and mask ``"_" + key``, both
     tensors over every env) into ``self.infos``, emptied before each call;
     and draw random numbers from ``self.rng``, whose per-env streams make an
@@ -89,18 +91,21 @@ class TensorEnv:
         >>> class Walk(TensorEnv):
         ...     single_observation_space = spaces.Box(-10.0, 10.0, (1,))
         ...     single_action_space = spaces.Discrete(2)
-        ...     state_fields = ("elapsed",)
+        ...     state_fields = ("position", "elapsed")
         ...     def __init__(self, num_envs, device="cpu"):
         ...         super().__init__(num_envs, device)
+        ...         self.position = torch.zeros(num_envs, 1, device=self.device)
         ...         self.elapsed = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         ...     def reset_envs(self, rows, options):
-        ...         put_rows(self.obs, rows, self.rng.uniform((1,), -1.0, 1.0, rows))
+        ...         put_rows(self.position, rows, self.rng.uniform((1,), -1.0, 1.0, rows))
         ...         fill_rows(self.elapsed, rows, 0)
+        ...         self.obs.copy_(self.position)
         ...     def step_envs(self, actions):
-        ...         self.obs.add_(actions[:, None] * 2 - 1).clamp_(-10.0, 10.0)
+        ...         self.position.add_(actions[:, None] * 2 - 1).clamp_(-10.0, 10.0)
         ...         self.elapsed += 1
-        ...         self.reward.copy_(self.obs[:, 0]).abs_()
-        ...         torch.ge(self.obs[:, 0].abs(), 10.0, out=self.terminated)
+        ...         self.obs.copy_(self.position)
+        ...         torch.abs(self.position[:, 0], out=self.reward)
+        ...         torch.ge(self.reward, 10.0, out=self.terminated)
         ...         torch.ge(self.elapsed, 100, out=self.truncated)
         >>> env = Walk(4)
         >>> obs = env.reset(seed=0)
@@ -140,7 +145,7 @@ class TensorEnv:
         ``rows`` is None (every env), an index tensor, or a boolean mask over
         every env (where building an index would wait for an accelerator).
         :func:`put_rows`, :func:`fill_rows` and ``self.rng.uniform(..., rows)``
-        take all three. Writes the envs' first obs into ``self.obs``; leaves
+        take all three. Writes the envs' first obs into their rows of ``self.obs``; leaves
         ``reward``, ``terminated`` and ``truncated`` alone (a restart happens
         after the step that filled them, and before they are read).
         """

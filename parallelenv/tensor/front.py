@@ -11,7 +11,6 @@ step reads a value back from the device.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,26 +37,6 @@ from parallelenv.tensor.results import (
 _MISSING = object()
 
 
-@dataclass(frozen=True)
-class OutputBuffers:
-    """Where a step of every env leaves its results for the caller, allocated once."""
-
-    obs: torch.Tensor
-    reward: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    ended: torch.Tensor
-    done: torch.Tensor
-
-    @classmethod
-    def like(cls, env: TensorEnv) -> OutputBuffers:
-        def empty(t: torch.Tensor) -> torch.Tensor:
-            return torch.empty_like(t)
-
-        return cls(empty(env.obs), empty(env.reward), empty(env.terminated), empty(env.truncated),
-                   empty(env.obs), empty(env.terminated))
-
-
 class TensorParallelEnv(ParallelEnv):
     """``ParallelEnv(tensor_env, para_mode="tensor")``: the front API over a :class:`TensorEnv`.
 
@@ -66,10 +45,10 @@ class TensorParallelEnv(ParallelEnv):
     set them), since deciding whether any env set one would mean reading
     the device. ``info["env_id"]`` of :meth:`recv` is a NumPy array.
 
-    A step of every env (``id=None``) hands over buffers allocated once
-    and rewritten by the next step, as Isaac Gym does: copy (``.clone()``)
-    what you keep beyond it. They are the front's own, so changing them
-    leaves the envs as they were. Results for ``id`` are fresh tensors.
+    A step of every env (``id=None``) hands over the env's output buffers,
+    allocated once and rewritten by the next step, as Isaac Gym does: copy
+    (``.clone()``) what you keep beyond it. The env's state lives elsewhere,
+    so changing them changes no env. Results for ``id`` are fresh tensors.
 
     Example:
         >>> import torch
@@ -111,7 +90,9 @@ class TensorParallelEnv(ParallelEnv):
         self._action_shape = torch.Size((n, *(self.single_action_space.shape or ())))
         self._action_dtype = torch_dtype(self.single_action_space)
         self._finished = torch.zeros(n, dtype=torch.bool, device=self.device)
-        self._out = OutputBuffers.like(envs)
+        # Allocated once: a fresh megabyte every step costs page faults that double a step at large N.
+        self._ended = torch.empty_like(envs.obs)
+        self._done = torch.empty_like(envs.terminated)
         self._pending = np.zeros(n, dtype=bool)  # sent, not yet received: host-side bookkeeping
         self._sent: list[tuple[np.ndarray, StepResult]] = []
         self._closed = False
@@ -319,14 +300,14 @@ class TensorParallelEnv(ParallelEnv):
         return result
 
     def _collect(self, index: torch.Tensor | None, asked: torch.Tensor | None) -> StepResult:
-        """This step's rows of the env's buffers; restart or finish envs as the policy says.
+        """This step's rows of the env's output buffers; restart or finish envs as the policy says.
 
-        Every env's results go to the front's own output buffers (a copy into
-        memory allocated once: fresh memory for every step costs page faults
-        that double a step at large N); with ``id``, the rows are gathered.
+        A step of every env hands the buffers over as they are (the env only
+        writes them, never reads them); with ``id``, or when None results
+        will be written into them, the rows are copied.
         """
-        env, policy, out = self.env, self._policy, self._out
-        done = torch.logical_or(env.terminated, env.truncated, out=out.done)
+        env, policy = self.env, self._policy
+        done = torch.logical_or(env.terminated, env.truncated, out=self._done)
         if asked is not None:
             done &= asked
         info = rows(env.infos, index) if env.infos else {}
@@ -336,9 +317,9 @@ class TensorParallelEnv(ParallelEnv):
             if index is not None:
                 ended = env.obs[index]
             elif restarting is None or restarting.dtype == torch.bool:
-                ended = out.ended.copy_(env.obs)
+                ended = self._ended.copy_(env.obs)
             else:  # only the rows that ended: the others are masked out
-                ended = out.ended.index_copy_(0, restarting, env.obs.index_select(0, restarting))
+                ended = self._ended.index_copy_(0, restarting, env.obs.index_select(0, restarting))
             try:
                 env.reset_rows(restarting)
             except Exception as exc:
@@ -348,10 +329,11 @@ class TensorParallelEnv(ParallelEnv):
             info["ended_state"], info["_ended_state"], info["reset"], info["_reset"] = ended, mine, mine, mine
         if policy.tracks_finished:
             policy.after_step(self._finished, slice(None) if index is None else index, mine)
-        if index is None:
-            return StepResult(out.obs.copy_(env.obs), out.reward.copy_(env.reward),
-                              out.terminated.copy_(env.terminated), out.truncated.copy_(env.truncated), info)
-        return StepResult(env.obs[index], env.reward[index], env.terminated[index], env.truncated[index], info)
+        if index is not None:
+            return StepResult(env.obs[index], env.reward[index], env.terminated[index], env.truncated[index], info)
+        if policy.tracks_finished:  # None results will be written into them: copies
+            return StepResult(env.obs.clone(), env.reward.clone(), env.terminated.clone(), env.truncated.clone(), info)
+        return StepResult(env.obs, env.reward, env.terminated, env.truncated, info)
 
     def _option_groups(
         self, per_env_options: Sequence[Any], ids: np.ndarray | None, index: torch.Tensor | None
