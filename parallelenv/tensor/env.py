@@ -127,6 +127,7 @@ class TensorEnv:
         self.rng = CounterRNG(num_envs, self.device)
         obs_space, action_space = self.single_observation_space, self.single_action_space
         self.obs = torch.zeros(batch_shape(obs_space, num_envs), dtype=torch_dtype(obs_space), device=self.device)
+        self.device = self.obs.device  # "cuda" as tensors name it, "cuda:0": comparisons then hold
         self.actions = torch.zeros(
             batch_shape(action_space, num_envs), dtype=torch_dtype(action_space), device=self.device
         )
