@@ -1,8 +1,8 @@
 """TensorEnv: many envs of one kind as batched torch tensors on one device.
 
 A subclass writes two methods over the whole batch, in place, with tensor
-operations only: :meth:`TensorEnv.reset_envs` starts new episodes where a
-mask is set, :meth:`TensorEnv.step_envs` advances every env by one step.
+operations only: :meth:`TensorEnv.reset_envs` starts new episodes in some
+rows, :meth:`TensorEnv.step_envs` advances every env by one step.
 The base class turns them into a per-id reset (with seeding) and a step of
 any subset of envs: it keeps a copy of the per-env state (``state_fields``),
 steps the whole batch, and puts the state of the envs not asked for back.
@@ -72,14 +72,15 @@ class TensorEnv:
     Subclasses set ``single_observation_space``, ``single_action_space`` and
     ``state_fields`` (the names of their per-env tensors, first dimension
     ``num_envs``), and implement :meth:`reset_envs` and :meth:`step_envs`.
-    Both write their results into the buffers allocated here once
-    (``self.obs``, ``self.reward``, ``self.terminated``, ``self.truncated``),
-    which are outputs only: they are handed to the caller as they are, so
-    the env's state lives in its own tensors and every step rewrites them,
-    and may put a Gymnasium vector info (``key`` and mask ``"_" + key``, both
-    tensors over every env) into ``self.infos``, emptied before each call;
-    and draw random numbers from ``self.rng``, whose per-env streams make an
-    env's trajectory depend on its own seed only.
+
+    Both write their results into the buffers allocated here once:
+    ``self.obs``, ``self.reward``, ``self.terminated``, ``self.truncated``.
+    These are outputs only, handed to the caller as they are: the env keeps
+    its state in tensors of its own, and every step rewrites all four. Both
+    may put a Gymnasium vector info (``key`` and its mask ``"_" + key``,
+    tensors over every env) into ``self.infos``, which is emptied before each
+    call. Random numbers come from ``self.rng``, whose per-env streams make
+    an env's trajectory depend on its own seed only.
 
     Args:
         num_envs: how many envs.
@@ -146,9 +147,9 @@ class TensorEnv:
         ``rows`` is None (every env), an index tensor, or a boolean mask over
         every env (where building an index would wait for an accelerator).
         :func:`put_rows`, :func:`fill_rows` and ``self.rng.uniform(..., rows)``
-        take all three. Writes the envs' first obs into their rows of ``self.obs``; leaves
-        ``reward``, ``terminated`` and ``truncated`` alone (a restart happens
-        after the step that filled them, and before they are read).
+        take all three. Writes the envs' first obs into their rows of
+        ``self.obs``; leaves ``reward``, ``terminated`` and ``truncated`` alone
+        (a restart happens after the step that filled them, before they are read).
         """
         raise NotImplementedError
 
