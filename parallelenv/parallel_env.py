@@ -40,7 +40,9 @@ class ParallelEnv:
             Factories are preferred for processes and Ray: nothing unpicklable
             crosses a process boundary.
         para_mode: where the envs run: ``"dummy"``, ``"subproc"``, ``"ray"``,
-            ``"ray-subproc"``, or a name given to :func:`~parallelenv.register_backend`.
+            ``"ray-subproc"``, ``"tensor"`` (``envs`` is then one
+            :class:`~parallelenv.tensor.TensorEnv`), or a name given to
+            :func:`~parallelenv.register_backend`.
         asynchronous: what happens to envs that finish at different times:
             ``None``, ``"idle"``, ``"restart"`` or ``"continue"`` (see README).
         num_cpus: cores for this ParallelEnv; default: all of this machine's

@@ -103,8 +103,8 @@ class TensorParallelEnv(ParallelEnv):
         arguments the ParallelEnv does not take go to the env (``device=``, ...)."""
         from parallelenv.envs import make_tensor_env
 
-        front = {k: kwargs.pop(k) for k in ("asynchronous", "num_cpus", "num_gpus", "no_warning", "call_timeout")
-                 if k in kwargs}
+        front = {k: kwargs.pop(k) for k in ("asynchronous", "num_cpus", "num_gpus", "no_warning", "call_timeout",
+                                            "output") if k in kwargs}
         backend_options = kwargs.pop("backend_options", None) or {}
         return cls(make_tensor_env(env_id, num_envs, **kwargs), para_mode, **front, **backend_options)
 
