@@ -46,7 +46,7 @@ def put_rows(target: torch.Tensor, rows: Rows, values: torch.Tensor) -> None:
     elif rows.dtype == torch.bool:
         torch.where(rows.view(-1, *[1] * (target.dim() - 1)), values, target, out=target)
     else:
-        target.index_copy_(0, rows, values.to(target.dtype))
+        target.index_copy_(0, rows, values if values.dtype == target.dtype else values.to(target.dtype))
 
 
 def fill_rows(target: torch.Tensor, rows: Rows, value: float) -> None:

@@ -9,6 +9,7 @@ advances, so nothing depends on data the host would have to read back.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Sequence
 
@@ -32,6 +33,9 @@ def _int32(value: int) -> torch.Tensor:
 _ROUNDS = [(_int32(shift), _int32((1 << (32 - shift)) - 1), None if m is None else _int32(m))
            for shift, m in ((16, _M1), (13, _M2), (16, None))]
 _SHIFT_8, _MASK_24 = _int32(8), _int32(0xFFFFFF)
+_M1_NP, _SHIFT_8_NP, _ONE_NP = np.uint32(_M1 & _MASK32), np.uint32(8), np.uint32(1)
+_ROUNDS_NP = [(np.uint32(shift), None if m is None else np.uint32(m & _MASK32))
+              for shift, m in ((16, _M1), (13, _M2), (16, None))]
 _NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
 _LANES_NP = (np.arange(1, 65, dtype=np.uint64) * (_M2 & _MASK32) & _MASK32).astype(np.uint32)
 
@@ -154,7 +158,7 @@ class CounterRNG:
         advancing only where it is set). The result, ``(len, *shape)``, is a
         view of a buffer that the next draw of the same size overwrites.
         """
-        size = int(np.prod(shape, dtype=np.int64))
+        size = math.prod(shape)
         if self.numpy_math:
             return self._uniform_numpy(size, shape, low, high, rows, dtype)
         indexed = rows is not None and rows.dtype != torch.bool
@@ -182,27 +186,27 @@ class CounterRNG:
     ) -> torch.Tensor:
         """:meth:`uniform` on the CPU, bit for bit: NumPy has unsigned shifts and costs less per call."""
         key, counter = self.key.numpy().view(np.uint32), self.counter.numpy().view(np.uint32)
+        all_counters = counter
         picked = None if rows is None else rows.numpy()
         if picked is not None and picked.dtype != np.bool_:
             key, counter = key[picked], counter[picked]
-        bits = (key + counter * np.uint32(_M1 & _MASK32))[None, :] + _LANES_NP[:size, None]
+        bits = (key + counter * _M1_NP)[None, :] + _LANES_NP[:size, None]
         t = np.empty_like(bits)
-        for shift, multiplier in ((16, _M1), (13, _M2), (16, None)):
+        for shift, multiplier in _ROUNDS_NP:
             np.right_shift(bits, shift, out=t)
             bits ^= t
             if multiplier is not None:
-                bits *= np.uint32(multiplier & _MASK32)
+                bits *= multiplier
         np_dtype: np.dtype = _NUMPY_DTYPES.get(dtype) or torch.empty(0, dtype=dtype).numpy().dtype
-        unit = np.right_shift(bits, 8, out=t).astype(np_dtype)
+        unit = np.right_shift(bits, _SHIFT_8_NP, out=t).astype(np_dtype)
         unit *= np_dtype.type((high - low) * _TO_UNIT)
         unit += np_dtype.type(low)
-        all_counters = self.counter.numpy().view(np.uint32)
         if picked is None:
-            all_counters += 1
+            all_counters += _ONE_NP
         elif picked.dtype == np.bool_:
             all_counters += picked
         else:
-            all_counters[picked] += 1
+            all_counters[picked] += _ONE_NP
         return torch.from_numpy(unit.T.reshape(len(key), *shape) if len(shape) != 1 else unit.T)
 
     def _buffers(self, size: int, dtype: torch.dtype, count: int) -> tuple[torch.Tensor, ...]:
