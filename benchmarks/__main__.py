@@ -25,7 +25,7 @@ from tqdm import tqdm
 from benchmarks import report
 from benchmarks.machine import describe, load_average, machine_line, wait_for_quiet
 from benchmarks.measure import Measurement
-from benchmarks.workloads import WORKLOADS
+from benchmarks.workloads import GROUPS, WORKLOADS
 from benchmarks.wrappers import WRAPPERS, default_wrappers
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -38,7 +38,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: fewer steps, 1 repeat, fewer peers (< 2 min on 2 cores)")
     parser.add_argument("--workloads", nargs="+", metavar="NAME",
-                        help=f"subset of: {', '.join(WORKLOADS)} (default: all)")
+                        help=f"subset of: {', '.join(WORKLOADS)}, or {', '.join(GROUPS)} for all "
+                             "its sizes (default: all)")
     parser.add_argument("--wrappers", nargs="+", metavar="NAME",
                         help=f"run these on every chosen workload; from: {', '.join(WRAPPERS)} "
                              "(default: each workload's usual set)")
@@ -52,6 +53,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--list", action="store_true",
                         help="list workloads and wrappers, then exit")
     args = parser.parse_args(argv)
+    if args.workloads:  # a group name (tensor-cartpole) stands for every size of it
+        args.workloads = [n for item in args.workloads for n in GROUPS.get(item, [item])]
     args.workloads = _names(parser, args.workloads, WORKLOADS, "workload")
     args.wrappers = _names(parser, args.wrappers, WRAPPERS, "wrapper") if args.wrappers else None
     if args.repeats is None:

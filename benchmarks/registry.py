@@ -134,7 +134,11 @@ def _is_ray_process(proc: Any) -> bool:
 
 def default_wrappers(workload: str, quick: bool) -> list[str]:
     """The wrappers a run measures on ``workload`` when none are named."""
+    from benchmarks.workloads import WORKLOADS
+
+    own = WORKLOADS[workload].wrappers
     return [
         spec.name for spec in WRAPPERS.values()
-        if (spec.workloads is None or workload in spec.workloads) and (spec.quick or not quick)
+        if (spec.name in own if own is not None else spec.workloads is None or workload in spec.workloads)
+        and (spec.quick or not quick)
     ]

@@ -121,6 +121,10 @@ class Workload:
     quick_steps: int
     measure_memory: bool = False
     description: str = ""
+    # The wrappers it runs by default (None: every one not limited to other
+    # workloads), and the name that selects it with others of its kind.
+    wrappers: tuple[str, ...] | None = None
+    group: str = ""
 
     def factories(self) -> list[Callable[[], gym.Env]]:
         """Zero-arg env factories, one per env, picklable by import path."""
@@ -133,6 +137,7 @@ class Workload:
 
 
 _cartpole = functools.partial(gym.make, "CartPole-v1")
+TENSOR_WRAPPERS = ("parallelenv-tensor", "tensorenv-direct", "gymnasium-numpy-vector")
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -147,5 +152,15 @@ WORKLOADS: dict[str, Workload] = {
                  description="84x84x4 uint8 obs: moving large observations"),
         Workload("jitter16", 16, functools.partial(JitterEnv), 4, steps=200, quick_steps=40,
                  description="0.1-2 ms random sleep: stragglers, async k-of-n"),
+        # Batched envs: the factories only say how many; each wrapper builds its own vectorised CartPole.
+        *(Workload(f"tensor-cartpole-{n}", n, _cartpole, 2, steps=steps, quick_steps=20,
+                   description=f"CartPole-v1 x{n} as batched arrays/tensors on the CPU",
+                   wrappers=TENSOR_WRAPPERS, group="tensor-cartpole")
+          for n, steps in ((4096, 500), (65536, 100))),
     )
 }
+
+GROUPS: dict[str, list[str]] = {}
+for _workload in WORKLOADS.values():
+    if _workload.group:
+        GROUPS.setdefault(_workload.group, []).append(_workload.name)

@@ -109,6 +109,64 @@ register("parallelenv-subproc-async", SUBPROCESS, ours=True, requires=("parallel
     functools.partial(ParallelEnvAsyncRunner, mode="subproc", worker_per_env=True))
 
 
+class TensorRunner(Runner):
+    """Ours, batched: the tensor CartPole, through ParallelEnv or called directly.
+
+    Both replay the same actions as one int64 tensor made before the clock
+    starts; ``direct`` restarts finished envs itself, as the front object's
+    ``asynchronous="restart"`` does, so the two differ by the front alone.
+    """
+
+    def __init__(self, factories: Sequence[EnvFactory], direct: bool) -> None:
+        import torch
+
+        from parallelenv import ParallelEnv
+        from parallelenv.envs import CartPole
+
+        # One core, as Gymnasium's NumPy uses: a like-for-like comparison, and on a
+        # shared machine torch's second thread waits for a core and stalls every op.
+        torch.set_num_threads(1)
+
+        self.env = CartPole(len(factories), device="cpu")
+        self.penv = None if direct else ParallelEnv(self.env, para_mode="tensor", asynchronous="restart")
+        self._actions: Any = None
+
+    def reset(self, seed: int) -> None:
+        if self.penv is None:
+            self.env.reset(seed=seed)
+        else:
+            self.penv.reset(seed=seed)
+
+    def run(self, actions: np.ndarray) -> int:
+        import torch
+
+        if self._actions is None or self._actions.shape != actions.shape:
+            self._actions = torch.from_numpy(actions)  # no copy: the same int64 array
+        if self.penv is None:
+            env = self.env
+            for row in self._actions:
+                env.step(row)
+                env.reset_where(torch.logical_or(env.terminated, env.truncated))
+        else:
+            step = self.penv.step
+            for row in self._actions:
+                step(row)
+        return int(actions.size)
+
+    def close(self) -> None:
+        if self.penv is not None:
+            self.penv.close()
+
+
+register("parallelenv-tensor", IN_PROCESS, ours=True, requires=("parallelenv", "torch"),
+         workloads=frozenset(), note="ParallelEnv(CartPole(N), para_mode='tensor', asynchronous='restart'); one torch thread")(
+    functools.partial(TensorRunner, direct=False))
+register("tensorenv-direct", IN_PROCESS, ours=True, requires=("parallelenv", "torch"), workloads=frozenset(),
+         note="parallelenv.envs.CartPole called directly, restarting finished envs (the front's overhead); "
+              "one torch thread")(
+    functools.partial(TensorRunner, direct=True))
+
+
 # --- Gymnasium -------------------------------------------------------------
 
 
@@ -140,6 +198,20 @@ register("gymnasium-sync", IN_PROCESS, requires=("gymnasium",),
 register("gymnasium-async", SUBPROCESS, requires=("gymnasium",),
          note="AsyncVectorEnv(shared_memory=True); next-step autoreset")(
     functools.partial(GymnasiumRunner, asynchronous=True))
+
+
+class GymnasiumVectorRunner(GymnasiumRunner):
+    """Gymnasium's NumPy-vectorised CartPole (``vectorization_mode="vector_entry_point"``)."""
+
+    def __init__(self, factories: Sequence[EnvFactory]) -> None:
+        import gymnasium
+
+        self.venv = gymnasium.make_vec("CartPole-v1", num_envs=len(factories), vectorization_mode="vector_entry_point")
+
+
+register("gymnasium-numpy-vector", IN_PROCESS, requires=("gymnasium",), workloads=frozenset(),
+         note="make_vec('CartPole-v1', vectorization_mode='vector_entry_point'); next-step autoreset")(
+    GymnasiumVectorRunner)
 
 
 # --- Stable-Baselines3 -----------------------------------------------------

@@ -12,6 +12,8 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from parallelenv.errors import NoPendingCallError
+
 
 def env_ids(id: Any, num_envs: int) -> np.ndarray:
     """Turn ``id`` (None, an int, a sequence or an array of ints) into an int64 index array."""
@@ -49,14 +51,23 @@ def env_seeds(seed: Any, ids: np.ndarray) -> tuple[int | None, ...]:
     independent streams that do not depend on which ids are reset together
     and do not overlap between neighbouring base seeds, unlike ``seed + i``.
     """
-    if seed is None:
+    checked = seed_argument(seed, ids)
+    if checked is None:
         return (None,) * len(ids)
-    if _is_int(seed):
-        base = _non_negative(seed, "seed")
+    if isinstance(checked, int):
         return tuple(
-            int(np.random.SeedSequence(base, spawn_key=(int(i),)).generate_state(1, np.uint64)[0])
+            int(np.random.SeedSequence(checked, spawn_key=(int(i),)).generate_state(1, np.uint64)[0])
             for i in ids
         )
+    return checked
+
+
+def seed_argument(seed: Any, ids: np.ndarray) -> int | tuple[int | None, ...] | None:
+    """The checked ``seed``: None, a non-negative int, or one seed (or None) per env of ``ids``."""
+    if seed is None:
+        return None
+    if _is_int(seed):
+        return _non_negative(seed, "seed")
     seeds = per_env(seed, ids, "seed")
     return tuple(None if s is None else _non_negative(s, f"seed[{p}]") for p, s in enumerate(seeds))
 
@@ -91,6 +102,25 @@ def env_options(options: Any, ids: np.ndarray) -> tuple[dict[str, Any] | None, .
         if item is not None and not isinstance(item, dict):
             raise TypeError(f"options[{position}] must be a dict or None, not {type(item).__name__}")
     return checked
+
+
+def check_limits(num_cpus: Any, call_timeout: Any) -> None:
+    """``num_cpus`` and ``call_timeout`` of a ParallelEnv: positive numbers, or None."""
+    if num_cpus is not None and (not isinstance(num_cpus, (int, float)) or num_cpus <= 0):
+        raise ValueError(f"num_cpus={num_cpus!r}; use a positive number")
+    if call_timeout is not None and not call_timeout > 0:
+        raise ValueError(f"call_timeout={call_timeout!r}; use a positive number of seconds or None")
+
+
+def wait_count(wait_num: Any, outstanding: int) -> int:
+    """How many envs ``recv`` waits for: ``wait_num``, or every one of the ``outstanding`` when None."""
+    if outstanding == 0:
+        raise NoPendingCallError("recv() with no call pending: send() actions first")
+    if wait_num is None:
+        return outstanding
+    if not isinstance(wait_num, int) or not 1 <= wait_num <= outstanding:
+        raise ValueError(f"wait_num={wait_num!r}; use an int from 1 to the {outstanding} envs pending")
+    return wait_num
 
 
 def check_align(align: str) -> str:

@@ -24,7 +24,7 @@ from parallelenv.backends import BackendConfig, resolve_backend
 from parallelenv.backends.base import Backend
 from parallelenv.batching import check_batch, put, take
 from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, GetAttr, ReplaceEnv, Reset, SetAttr, Step
-from parallelenv.errors import ClosedError, NoPendingCallError
+from parallelenv.errors import ClosedError
 from parallelenv.inflight import InFlight
 from parallelenv.policies import resolve_policy
 from parallelenv.results import batch_results, item_results
@@ -40,7 +40,9 @@ class ParallelEnv:
             Factories are preferred for processes and Ray: nothing unpicklable
             crosses a process boundary.
         para_mode: where the envs run: ``"dummy"``, ``"subproc"``, ``"ray"``,
-            ``"ray-subproc"``, or a name given to :func:`~parallelenv.register_backend`.
+            ``"ray-subproc"``, ``"tensor"`` (``envs`` is then one
+            :class:`~parallelenv.tensor.TensorEnv`), or a name given to
+            :func:`~parallelenv.register_backend`.
         asynchronous: what happens to envs that finish at different times:
             ``None``, ``"idle"``, ``"restart"`` or ``"continue"`` (see README).
         num_cpus: cores for this ParallelEnv; default: all of this machine's
@@ -50,6 +52,9 @@ class ParallelEnv:
         call_timeout: seconds an env call may take before its worker is
             declared hung, killed, and :class:`~parallelenv.WorkerTimeoutError`
             raised; None waits forever.
+        output: ``"numpy"`` (default) or ``"torch"``: results as torch tensors
+            on ``device``; actions may then be torch tensors too.
+        device: where ``output="torch"`` puts results (default ``"cpu"``).
         **backend_options: passed to the backend (``num_workers``,
             ``start_method`` for ``"subproc"``).
 
@@ -63,6 +68,14 @@ class ParallelEnv:
         (4, 4)
     """
 
+    def __new__(cls, envs: Any = None, para_mode: str = "subproc", *args: Any, **kwargs: Any) -> ParallelEnv:
+        # A backend may be a ParallelEnv subclass serving the front API itself (the tensor backend).
+        return super().__new__(_own_front(para_mode) or cls if cls is ParallelEnv else cls)
+
+    #: Whether a step's results are buffers that the next step overwrites
+    #: (the tensor backend's, by default), rather than the caller's own.
+    reuses_result_buffers = False
+
     def __init__(
         self,
         envs: Sequence[Any],
@@ -72,17 +85,17 @@ class ParallelEnv:
         num_gpus: float = 0,
         no_warning: bool = True,
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
+        output: str = "numpy",
+        device: Any = None,
         **backend_options: Any,
     ) -> None:
         self._closed = True  # until the backend exists, close() has nothing to do
+        self._to_torch = None if output == "numpy" and device is None else _torch_output(output, device)
         if isinstance(envs, (gym.Env, str)) or not isinstance(envs, Sequence) or not envs:
             raise TypeError("envs must be a non-empty list of gym.Env instances or factories of them")
         self._policy = resolve_policy(asynchronous)
         factory = resolve_backend(para_mode)
-        if num_cpus is not None and (not isinstance(num_cpus, (int, float)) or num_cpus <= 0):
-            raise ValueError(f"num_cpus={num_cpus!r}; use a positive number")
-        if call_timeout is not None and not call_timeout > 0:
-            raise ValueError(f"call_timeout={call_timeout!r}; use a positive number of seconds or None")
+        arguments.check_limits(num_cpus, call_timeout)
         config = BackendConfig(
             restart=self._policy.restarts_finished_envs,
             num_cpus=num_cpus,
@@ -129,6 +142,12 @@ class ParallelEnv:
         """
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r}; use a positive int")
+        front = _own_front(para_mode)
+        if front is not None:
+            return front.make(
+                env_id, num_envs, para_mode, asynchronous=asynchronous, num_cpus=num_cpus, num_gpus=num_gpus,
+                no_warning=no_warning, call_timeout=call_timeout, backend_options=backend_options, **gym_kwargs,
+            )
         factory = functools.partial(gym.make, env_id, **gym_kwargs)
         return cls(
             [factory] * num_envs,
@@ -183,8 +202,10 @@ class ParallelEnv:
         self._calls.finished[ids] = False
         obs = take(self._backend.buffers.obs, None if ids is self._calls.all_ids else ids)
         if align == "batch":
-            return batch_results(obs, None, ids, infos, None)
-        return item_results(obs, None, ids, infos, None)
+            results = batch_results(obs, None, ids, infos, None)
+        else:
+            results = item_results(obs, None, ids, infos, None)
+        return results if self._to_torch is None else self._to_torch.results(results, align)
 
     def step(self, actions: Any, id: Any = None, align: str = "item") -> Any:
         """Step the envs of ``id`` with one action each; returns their results.
@@ -220,12 +241,7 @@ class ParallelEnv:
         arguments.check_align(align)
         calls = self._calls
         outstanding = calls.num_pending + calls.num_ready
-        if outstanding == 0:
-            raise NoPendingCallError("recv() with no call pending: send() actions first")
-        if wait_num is None:
-            wait_num = outstanding
-        if not isinstance(wait_num, int) or not 1 <= wait_num <= outstanding:
-            raise ValueError(f"wait_num={wait_num!r}; use an int from 1 to the {outstanding} envs pending")
+        wait_num = arguments.wait_count(wait_num, outstanding)
         deadline = None if timeout is None else time.monotonic() + timeout
         calls.wait(lambda: calls.num_ready >= wait_num, deadline, drain=False, want_all=wait_num == outstanding)
         if calls.failures:
@@ -314,6 +330,8 @@ class ParallelEnv:
     def _send(self, actions: Any, ids: np.ndarray) -> None:
         calls = self._calls
         calls.require_idle(ids, "send to")
+        if self._to_torch is not None:
+            actions = self._to_torch.actions(actions)
         batch = check_batch(self.single_action_space, actions, len(ids))
         calls.number_sends(ids)
         if self._policy.tracks_finished:
@@ -347,8 +365,10 @@ class ParallelEnv:
         infos, none_result = self._calls.receive(ids)
         env_ids = ids if with_env_id else None
         if align == "batch":
-            return batch_results(obs, step_arrays, ids, infos, none_result, env_ids=env_ids)
-        return item_results(obs, step_arrays, ids, infos, none_result, env_ids=env_ids)
+            results = batch_results(obs, step_arrays, ids, infos, none_result, env_ids=env_ids)
+        else:
+            results = item_results(obs, step_arrays, ids, infos, none_result, env_ids=env_ids)
+        return results if self._to_torch is None else self._to_torch.results(results, align)
 
 
 # ParallelEnvs not closed when the interpreter exits: close them while their
@@ -369,3 +389,20 @@ def _name(name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise TypeError(f"an attribute or method name must be a non-empty str, not {name!r}")
     return name
+
+
+def _own_front(para_mode: Any) -> type[ParallelEnv] | None:
+    """The ParallelEnv subclass a backend brings as its own front, if it does."""
+    factory = resolve_backend(para_mode)
+    return factory if isinstance(factory, type) and issubclass(factory, ParallelEnv) else None
+
+
+def _torch_output(output: Any, device: Any) -> Any:
+    if output not in ("numpy", "torch"):
+        raise ValueError(f"output={output!r}; use 'numpy' or 'torch'")
+    if output == "numpy":
+        raise ValueError("device= is for output='torch'")
+    # Imports torch, or says how to install it.
+    from parallelenv.torch_output import TorchOutput
+
+    return TorchOutput(device)

@@ -272,7 +272,10 @@ class VecWorker:
         """Step every env once with the policy's actions; restart the episodes that ended."""
         obs = self._obs
         action, env_action = self._act(obs)
-        next_obs, reward, terminated, truncated, info = self.penv.step(env_action)
+        results = self.penv.step(env_action)
+        if self.penv.reuses_result_buffers:  # the next step would overwrite the steps kept here
+            results = copy_tree(results)
+        next_obs, reward, terminated, truncated, info = results
         next_obs, reward = self._out(next_obs), self._out(reward)
         terminated_np = to_numpy(terminated).astype(bool)
         truncated_np = to_numpy(truncated).astype(bool)

@@ -22,8 +22,12 @@ from parallelenv.backends import backend_names
 from parallelenv.backends.shm import NAME_PREFIX
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
+HAS_TORCH = importlib.util.find_spec("torch") is not None
 RAY_BACKENDS = ("ray", "ray-subproc")
-BACKENDS = [name for name in backend_names() if name in ("dummy", "subproc") or (HAS_RAY and name in RAY_BACKENDS)]
+BACKENDS = [
+    name for name in backend_names()
+    if name in ("dummy", "subproc") or (HAS_RAY and name in RAY_BACKENDS) or (HAS_TORCH and name == "tensor")
+]
 # Small groups, so that a test has several workers (or actors) with several envs each.
 BACKEND_OPTIONS: dict[str, dict[str, Any]] = {
     "subproc": {"num_workers": 2},
@@ -90,7 +94,8 @@ def assert_nothing_left(before: set[int]) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Modules marked ``local_backends`` run on Ray only the tests marked ``every_backend``.
+    """Modules marked ``local_backends`` run on Ray only the tests marked ``every_backend``;
+    modules marked ``numpy_backends`` do not run on the tensor backend.
 
     The conformance suite runs on every backend; the error, lifecycle and id
     tests check mostly the front object, the same for every backend, and a
@@ -98,8 +103,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     deselected = []
     for item in items:
-        on_ray = getattr(item, "callspec", None) and item.callspec.params.get("backend") in RAY_BACKENDS
-        if on_ray and item.get_closest_marker("local_backends") and not item.get_closest_marker("every_backend"):
+        if HAS_TORCH and getattr(item, "callspec", None) and item.callspec.params.get("backend") == "tensor":
+            from tensor_envs import NOT_FOR_TENSOR
+
+            reason = NOT_FOR_TENSOR.get(getattr(item, "originalname", item.name))
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=f"not for the tensor backend: {reason}"))
+        backend = getattr(item, "callspec", None) and item.callspec.params.get("backend")
+        if backend in RAY_BACKENDS and item.get_closest_marker("local_backends") and not item.get_closest_marker(
+            "every_backend"
+        ):
+            deselected.append(item)
+        elif backend == "tensor" and item.get_closest_marker("numpy_backends"):
             deselected.append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
@@ -142,6 +157,12 @@ def make_penv(backend: str) -> Iterator[Callable[..., ParallelEnv]]:
             options["num_workers"] = min(options.get("num_workers", 2), len(envs))
         if backend == "ray-subproc":
             options["num_actors"] = min(options.get("num_actors", 2), len(envs))
+        if backend == "tensor":  # one batched twin of the envs, results seen as NumPy
+            from tensor_envs import NumpyView, twin
+
+            view = NumpyView(ParallelEnv(twin(envs), para_mode=backend, **options))
+            made.append(view.penv)
+            return view  # type: ignore[return-value]
         penv = ParallelEnv(envs, para_mode=backend, **options)
         made.append(penv)
         if backend in RAY_BACKENDS:

@@ -41,12 +41,13 @@ def test_spaces_follow_gymnasium_batching(make_penv):
     assert penv.action_space == batch_space(DictObsEnv.action_space, 3)
 
 
-def test_step_item_types(make_penv):
+def test_step_item_types(make_penv, backend):
     penv = make_penv(counting_envs([5] * 4))
     penv.reset(seed=1)
     obs, reward, terminated, truncated, info = penv.step(np.array([1, 2, 3, 4]))
     assert obs.shape == (4, 4)
-    assert reward.dtype == np.float64 and terminated.dtype == bool and truncated.dtype == bool
+    reward_dtype = np.float32 if backend == "tensor" else np.float64  # torch's default float, on the device
+    assert reward.dtype == reward_dtype and terminated.dtype == bool and truncated.dtype == bool
     np.testing.assert_array_equal(obs[:, 2], [1, 2, 3, 4])
     np.testing.assert_array_equal(reward, [1, 11, 21, 31])
     assert info == {}  # odd counts carry no info

@@ -19,7 +19,8 @@ from envs import RenderingEnv, counting
 from parallelenv import ClosedError, EnvError
 from parallelenv.arguments import env_seeds
 
-pytestmark = pytest.mark.local_backends
+# The tensor backend is left out: the Gymnasium view hands NumPy arrays to NumPy wrappers.
+pytestmark = [pytest.mark.local_backends, pytest.mark.numpy_backends]
 
 
 def plain_loop_episodes(actions: np.ndarray, seed: int, next_step: bool) -> list[tuple[int, int, float, int]]:

@@ -20,7 +20,8 @@ from parallelenv.arrays import is_tensor, to_numpy, to_torch, tree_map
 from parallelenv.calls import Arguments
 from parallelenv.rollout import VecWorker
 
-pytestmark = pytest.mark.local_backends
+# The tensor backend is left out: VecWorker over the tensor backend has its own tests at the end of this module.
+pytestmark = [pytest.mark.local_backends, pytest.mark.numpy_backends]
 
 RESETTING = ["restart", "idle", "continue"]
 EVERY_POLICY = [*RESETTING, None]
@@ -425,3 +426,25 @@ def test_results_on_a_cuda_device(make_penv):
     batch = worker.collect(20)
     assert all(x.device.type == "cuda" for x in (batch.obs, batch.action, batch.reward, batch.next_obs))
     assert worker.rollout().observations.device.type == "cuda"
+
+
+@pytest.mark.parametrize("asynchronous", ["restart", "idle", None])
+@pytest.mark.parametrize("copy", [False, True])
+def test_a_tensor_backend_collects_on_its_device_whether_or_not_it_reuses_buffers(copy, asynchronous):
+    torch = pytest.importorskip("torch")
+    from parallelenv.envs import CartPole
+
+    always_right = lambda obs: torch.ones(len(obs), dtype=torch.int64)  # noqa: E731  (episodes end within ~10 steps)
+    with ParallelEnv(CartPole(num_envs=4, device="cpu"), para_mode="tensor", asynchronous=asynchronous,
+                     copy=copy) as penv:
+        assert penv.reuses_result_buffers is not copy
+        batch = VecWorker(penv, always_right, seed=0).collect(40)
+    assert torch.is_tensor(batch.obs) and batch.obs.shape == (40, 4, 4)
+    ended = batch.terminated | batch.truncated
+    assert ended.any() and not ended.all()
+    # Each step's obs is its own: the obs after a step is the next step's obs, unless the episode ended.
+    follows = (batch.obs[1:] == batch.next_obs[:-1]).all(-1)
+    assert follows[~ended[:-1]].all() and not follows[ended[:-1]].any()
+    # An ended episode's next_obs is its real last obs: past CartPole's angle limit.
+    assert (batch.next_obs[..., 2].abs() > 0.2095)[batch.terminated].all()
+    assert (batch.next_obs[..., 2].abs() <= 0.2095)[~batch.terminated].all()

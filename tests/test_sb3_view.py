@@ -21,7 +21,8 @@ from stable_baselines3.common.vec_env import (  # noqa: E402
 
 from parallelenv.integrations.sb3 import SB3VecEnv  # noqa: E402
 
-pytestmark = pytest.mark.local_backends
+# The tensor backend is left out: SB3 works on NumPy arrays.
+pytestmark = [pytest.mark.local_backends, pytest.mark.numpy_backends]
 
 
 def cartpole() -> gym.Env:

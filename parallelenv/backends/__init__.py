@@ -18,6 +18,7 @@ _REGISTRY: dict[str, Union[BackendFactory, str]] = {
     "subproc": "parallelenv.backends.subproc:SubprocBackend",
     "ray": "parallelenv.backends.ray_backend:make_ray",
     "ray-subproc": "parallelenv.backends.ray_backend:make_ray_subproc",
+    "tensor": "parallelenv.tensor.front:TensorParallelEnv",
 }
 
 
@@ -27,7 +28,9 @@ def register_backend(name: str, factory: BackendFactory) -> None:
     Args:
         name: the ``para_mode`` string.
         factory: called as ``factory(env_sources, config, **backend_options)``
-            and returning an object that follows :class:`~parallelenv.backends.Backend`.
+            and returning an object that follows :class:`~parallelenv.backends.Backend`;
+            or a :class:`~parallelenv.ParallelEnv` subclass that serves the
+            front API itself (as the ``"tensor"`` backend does).
 
     Example:
         >>> from parallelenv import register_backend

@@ -1,0 +1,92 @@
+"""Chasing: an agent chases a randomly moving robot, after ElegantRL's GPU VecEnv tutorial."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from parallelenv.tensor import TensorEnv
+from parallelenv.tensor.env import Rows, fill_rows, put_rows
+
+
+class Chasing(TensorEnv):
+    """An agent chasing a robot that moves at random in ``dim`` dimensions.
+
+    Each step the robot's velocity decays by half and takes a random push;
+    the agent's decays by a quarter and takes the action (scaled down to
+    length 1 where longer). The reward is how much closer the agent got,
+    less 0.02 times the action's length. An episode terminates when the agent
+    is within ``catch_distance`` of the robot and is truncated after
+    ``max_episode_steps``. Obs: robot position and velocity, then the agent's.
+
+    Example:
+        >>> import torch
+        >>> from parallelenv.envs import Chasing
+        >>> env = Chasing(num_envs=4, dim=3, device="cpu")
+        >>> obs = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated = env.step(torch.zeros(4, 3))
+        >>> obs.shape
+        torch.Size([4, 12])
+    """
+
+    state_fields = ("bodies", "distance", "elapsed")
+
+    def __init__(
+        self, num_envs: int, dim: int = 2, device: torch.device | str | None = None,
+        max_episode_steps: int = 2**10, init_distance: float = 8.0, catch_distance: float = 1.0,
+    ) -> None:
+        if not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"dim={dim!r}; use a positive int")
+        self.dim = dim
+        self.single_observation_space = spaces.Box(-np.inf, np.inf, (4 * dim,), np.float32)
+        self.single_action_space = spaces.Box(-1.0, 1.0, (dim,), np.float32)
+        super().__init__(num_envs, device)
+        self.max_episode_steps = max_episode_steps
+        self.init_distance = init_distance
+        self.catch_distance = catch_distance
+        # Position and velocity of the robot, then of the agent: the obs, laid out as bodies.
+        self.bodies = torch.zeros(num_envs, 4 * dim, device=self.device)
+        self.robot = self.bodies[:, : 2 * dim].view(num_envs, 2, dim)
+        self.agent = self.bodies[:, 2 * dim :].view(num_envs, 2, dim)
+        self.distance = torch.zeros(num_envs, device=self.device)
+        self.elapsed = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
+
+    def reset_envs(self, rows: Rows, options: dict[str, Any] | None) -> None:
+        # The robot starts near the origin, the agent init_distance away in a random direction.
+        draws = self.rng.uniform((2, self.dim), -1.0, 1.0, rows)
+        robot, heading = draws[:, 0], draws[:, 1]
+        length = torch.linalg.vector_norm(heading, dim=1, keepdim=True).clamp_min_(1e-6)
+        agent = heading / length * self.init_distance + robot
+        start = torch.cat([robot, torch.zeros_like(robot), agent, torch.zeros_like(agent)], dim=1)
+        put_rows(self.bodies, rows, start)
+        put_rows(self.obs, rows, start)
+        put_rows(self.distance, rows, torch.linalg.vector_norm(agent - robot, dim=1))
+        fill_rows(self.elapsed, rows, 0)
+
+    def step_envs(self, actions: torch.Tensor) -> None:
+        push = self._unit_clamped(self.rng.uniform((self.dim,), -1.0, 1.0))[0]
+        self._move(self.robot, push, decay=0.5)
+        action, action_length = self._unit_clamped(actions)
+        self._move(self.agent, action, decay=0.75)
+        distance = torch.linalg.vector_norm(self.agent[:, 0] - self.robot[:, 0], dim=1)
+        torch.sub(self.distance, distance, out=self.reward).sub_(action_length, alpha=0.02)
+        self.distance.copy_(distance)
+        torch.lt(distance, self.catch_distance, out=self.terminated)
+        self.elapsed += 1
+        torch.ge(self.elapsed, self.max_episode_steps, out=self.truncated)
+        self.obs.copy_(self.bodies)
+
+    @staticmethod
+    def _unit_clamped(vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``vectors`` scaled down to length 1 where longer, and their lengths."""
+        length = torch.linalg.vector_norm(vectors, dim=1)
+        return vectors / length.clamp_min(1.0)[:, None], length
+
+    @staticmethod
+    def _move(body: torch.Tensor, push: torch.Tensor, decay: float) -> None:
+        position, velocity = body.unbind(1)
+        velocity.mul_(decay).add_(push)
+        position.add_(velocity, alpha=0.01)

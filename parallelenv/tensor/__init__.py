@@ -1,0 +1,18 @@
+"""Batched envs written as torch tensor code, and the ``tensor`` backend that runs them.
+
+Importing this package imports torch; ``import parallelenv`` alone does not.
+"""
+
+from __future__ import annotations
+
+try:
+    import torch  # noqa: F401
+except ImportError:
+    raise ImportError(
+        "the tensor backend and torch output need PyTorch: pip install 'parallelenv[torch]'"
+    ) from None
+
+from parallelenv.tensor.env import TensorEnv, default_device, fill_rows, put_rows
+from parallelenv.tensor.random import CounterRNG
+
+__all__ = ["CounterRNG", "TensorEnv", "default_device", "fill_rows", "put_rows"]
