@@ -128,10 +128,18 @@ class ParallelEnv:
         num_gpus: float = 0,
         no_warning: bool = True,
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
+        output: str | None = None,
+        device: Any = None,
         backend_options: dict[str, Any] | None = None,
         **gym_kwargs: Any,
     ) -> ParallelEnv:
         """``num_envs`` copies of a registered Gymnasium env, built where they run.
+
+        ``output`` is ``"numpy"`` (the CPU backends' default) or ``"torch"`` (the
+        tensor backend's only one); ``device`` is where results live: with
+        ``output="torch"`` on the CPU backends, and for ``para_mode="tensor"`` the device of the tensor env
+        itself (default ``cuda`` when there is one). Other keyword arguments
+        go to ``gymnasium.make`` (or to the tensor env).
 
         Example:
             >>> from parallelenv import ParallelEnv
@@ -144,6 +152,10 @@ class ParallelEnv:
             raise ValueError(f"num_envs={num_envs!r}; use a positive int")
         front = _own_front(para_mode)
         if front is not None:
+            if device is not None:
+                gym_kwargs["device"] = device
+            if output is not None:
+                gym_kwargs["output"] = output
             return front.make(
                 env_id, num_envs, para_mode, asynchronous=asynchronous, num_cpus=num_cpus, num_gpus=num_gpus,
                 no_warning=no_warning, call_timeout=call_timeout, backend_options=backend_options, **gym_kwargs,
@@ -157,6 +169,8 @@ class ParallelEnv:
             num_gpus=num_gpus,
             no_warning=no_warning,
             call_timeout=call_timeout,
+            output=output or "numpy",
+            device=device,
             **(backend_options or {}),
         )
 

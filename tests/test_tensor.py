@@ -364,6 +364,15 @@ def test_cpu_backends_hand_over_torch_tensors(no_leaks, mode):
         assert obs["grid"].shape == (2, 2, 3)
 
 
+@pytest.mark.parametrize("mode", ["dummy", "tensor"])
+def test_make_takes_output_and_device(no_leaks, mode):
+    with ParallelEnv.make("CartPole-v1", num_envs=3, para_mode=mode, output="torch", device="cpu") as penv:
+        obs, _ = penv.reset(seed=0)
+        assert isinstance(obs, torch.Tensor) and obs.device.type == "cpu" and obs.shape == (3, 4)
+    with pytest.raises(ValueError, match="output"):
+        ParallelEnv.make("CartPole-v1", num_envs=3, para_mode=mode, output="jax")
+
+
 def test_output_must_be_numpy_or_torch(no_leaks):
     with pytest.raises(ValueError, match="output"):
         ParallelEnv([counting(0)], para_mode="dummy", output="jax")
