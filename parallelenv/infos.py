@@ -91,9 +91,14 @@ def ended_states(vector: dict[str, Any]) -> dict[int, Any]:
 
 
 # What the ``restart`` policy adds to the info of an env it reset in a step.
-RESTART_KEYS = frozenset({"ended_state", "reset"})
+RESTART_KEYS = frozenset({"ended_state", "reset", "reset_info"})
 
 
 def step_info(vector: dict[str, Any], position: int) -> dict[str, Any]:
     """The env's own info of a step, without what the ``restart`` policy added to it."""
     return {key: value for key, value in env_info(vector, position).items() if key not in RESTART_KEYS}
+
+
+def reset_info(vector: dict[str, Any], position: int) -> dict[str, Any]:
+    """The info of the reset that the ``restart`` policy did in a step ({} if none, or if it had none)."""
+    return env_info(vector, position).get("reset_info", {})

@@ -231,6 +231,7 @@ NOT_FOR_TENSOR = {
     "test_dict_env_trajectories_equal_the_dummy_backend": "Dict/Tuple observations",
     "test_bad_box_actions_are_refused_before_sending": "its env has Dict observations (tensor action shapes: "
                                                        "test_tensor.py)",
+    "test_restart_reports_the_info_of_its_reset": "the batched twin's reset sets no info",
     "test_cartpole_matches_gymnasium_bit_for_bit": "a TensorEnv draws from its own counter-based streams, not "
                                                    "Gymnasium's; test_tensor.py checks CartPole step by step",
     "test_attrs_reach_through_gymnasium_wrappers": "the tensor CartPole's physics constants are shared by the batch",

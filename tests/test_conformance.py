@@ -151,6 +151,17 @@ def test_restart_resets_in_the_same_step(make_penv, terminate):
     assert per_env[1][4]["reset"] is True and per_env[1][4]["ended_state"][1] == 3
 
 
+def test_restart_reports_the_info_of_its_reset(make_penv):
+    penv = make_penv(counting_envs([1, 2]), asynchronous="restart")
+    penv.reset(seed=0)
+    obs, *_, info = penv.step([1, 1])
+    assert info["_reset_info"].tolist() == [True, False]
+    assert info["reset_info"]["_seed_draw"].tolist() == [True, False]
+    assert info["reset_info"]["seed_draw"][0] == obs[0, 3]  # the new episode's first draw
+    (_, _, _, _, own), _ = penv.step([2, 2], align="batch")
+    assert own["reset_info"] == {"seed_draw": penv.get_env_attr("draw", id=0)[0]}
+
+
 def test_idle_stops_finished_envs_only(make_penv):
     penv = make_penv(counting_envs([1, 3]), asynchronous="idle")
     penv.reset(seed=0)

@@ -83,7 +83,9 @@ def test_restart_is_same_step_autoreset_with_final_obs_and_final_info(make_penv)
     assert info["final_obs"][0][1] == 2 and info["final_obs"][0][2] == 3
     assert info["final_info"]["count"][0] == 2 and info["final_info"]["_count"].tolist() == [True, False]
     assert info["count"].tolist()[1] == 2 and info["_count"].tolist() == [False, True]
-    assert "ended_state" not in info and "reset" not in info
+    assert info["_seed_draw"].tolist() == [True, False]  # env 0's top-level info is its reset's, as in Gymnasium
+    assert info["seed_draw"][0] == obs[0, 3]
+    assert "ended_state" not in info and "reset" not in info and "reset_info" not in info
 
 
 @pytest.mark.parametrize("asynchronous", ["idle", "continue"])

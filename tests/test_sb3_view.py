@@ -59,6 +59,23 @@ def test_same_results_as_sb3s_dummy_vec_env(make_penv, asynchronous):
     assert ended > 5
 
 
+@pytest.mark.parametrize("asynchronous", ["restart", "idle"])
+def test_reset_infos_follow_sb3s_dummy_vec_env(make_penv, asynchronous):
+    factories = [counting(tag, length) for tag, length in enumerate([2, 3])]
+    ours = SB3VecEnv(make_penv(factories, asynchronous=asynchronous))
+    theirs = DummyVecEnv(factories)
+    for venv in (ours, theirs):
+        venv.seed(3)
+        venv.reset()
+    assert ours.reset_infos == theirs.reset_infos
+    for _ in range(7):
+        for venv in (ours, theirs):
+            venv.step_async(np.array([1, 1]))
+            *_, dones, _ = venv.step_wait()
+        assert ours.reset_infos == theirs.reset_infos, dones
+    assert all("seed_draw" in info for info in ours.reset_infos)
+
+
 def test_sb3_vec_env_wrappers_work_on_the_view(make_penv):
     venv = VecMonitor(VecCheckNan(SB3VecEnv(make_penv([cartpole] * 2)), raise_exception=True))
     venv = VecFrameStack(VecNormalize(venv, gamma=0.9), n_stack=2)

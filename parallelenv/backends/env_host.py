@@ -108,7 +108,9 @@ def _restarted(env: gym.Env, result: tuple) -> tuple:
     obs, reward, terminated, truncated, info = result
     # The env may reuse its obs array for the next episode: keep our own copy.
     info = {**info, "ended_state": obs.copy() if isinstance(obs, np.ndarray) else copy.deepcopy(obs), "reset": True}
-    new_obs, _ = env.reset()
+    new_obs, reset_info = env.reset()
+    if reset_info:  # the new episode's first info, as Gymnasium's same-step autoreset reports it
+        info["reset_info"] = reset_info
     return new_obs, reward, terminated, truncated, info
 
 

@@ -5,8 +5,8 @@ The autoreset mode follows the ParallelEnv's ``asynchronous`` policy:
 - ``"restart"`` is Gymnasium's ``AutoresetMode.SAME_STEP``: a finished env
   is reset in the step that finishes it; ``info["final_obs"]`` and
   ``info["final_info"]`` (with their ``_`` masks) hold the ended episode's
-  last obs and info. The reset's own info is not kept by the env host, so
-  the top-level info of such an env is empty in that step.
+  last obs and info, and the top-level info of such an env is its reset's
+  info, as Gymnasium's own vector envs report it.
 - ``"idle"`` and ``"continue"`` are ``AutoresetMode.NEXT_STEP``: the step that
   finishes an env returns its real last obs; the next step resets it
   (reward 0, not terminated, not truncated, the reset's obs and info) and
@@ -24,7 +24,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from parallelenv.batching import allocate, check_batch, put, take, zeros
 from parallelenv.calls import Arguments
-from parallelenv.infos import ended_states, env_info, step_info, vector_info
+from parallelenv.infos import ended_states, env_info, reset_info, step_info, vector_info
 from parallelenv.parallel_env import ParallelEnv
 
 AUTORESET_MODES: dict[str | None, AutoresetMode] = {
@@ -103,9 +103,9 @@ class GymnasiumVectorEnv(VectorEnv):
         reset_ids, step_ids = np.flatnonzero(self._autoreset), np.flatnonzero(~self._autoreset)
         obs = allocate(self.single_observation_space, n, zeros)
         reward, terminated, truncated = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-        reset_obs, reset_info = self.penv.reset(id=reset_ids)
+        reset_obs, first_info = self.penv.reset(id=reset_ids)
         put(obs, reset_ids, reset_obs)
-        parts = [(reset_ids, reset_info)]
+        parts = [(reset_ids, first_info)]
         if step_ids.size:
             step_obs, step_reward, step_terminated, step_truncated, info = self.penv.step(
                 take(batch, step_ids), id=step_ids
@@ -151,7 +151,7 @@ def _same_step_info(info: dict[str, Any], n: int) -> dict[str, Any]:
     per_env = []
     for p in range(n):
         if p in ended:
-            per_env.append((p, {"final_obs": ended[p], "final_info": step_info(info, p)}))
+            per_env.append((p, {**reset_info(info, p), "final_obs": ended[p], "final_info": step_info(info, p)}))
         else:
             per_env.append((p, env_info(info, p)))
     return vector_info(per_env, n)

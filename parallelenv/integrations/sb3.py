@@ -7,9 +7,9 @@ that finishes it and puts the ended episode's last obs in
 episode was truncated rather than terminated. Under ``asynchronous="restart"``
 the env hosts do that reset; under ``"idle"`` and ``"continue"`` this view
 resets the finished envs itself after the step. ``None`` (one env finishing
-finishes all) has no SB3 equivalent and is refused. Under ``"restart"`` the
-env hosts keep no info of the resets they do, so ``reset_infos`` of those
-envs is ``{}``.
+finishes all) has no SB3 equivalent and is refused. ``reset_infos`` holds
+each env's latest reset info (under ``"restart"``, the env host's
+``info["reset_info"]``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices,
 
 from parallelenv.batching import put, unbatch
 from parallelenv.calls import Arguments
-from parallelenv.infos import ended_states, env_info, step_info
+from parallelenv.infos import ended_states, env_info, reset_info, step_info
 from parallelenv.integrations import is_wrapped
 from parallelenv.parallel_env import ParallelEnv
 
@@ -82,14 +82,14 @@ class SB3VecEnv(VecEnv):
         if self._restarts:
             for i in done_ids.tolist():
                 infos[i]["terminal_observation"] = ended[i]
-                self.reset_infos[i] = {}  # the env host keeps no info of its reset
+                self.reset_infos[i] = reset_info(info, i)
         elif done_ids.size:
             for i in done_ids.tolist():
                 infos[i]["terminal_observation"] = unbatch(obs, i)
-            reset_obs, reset_info = self.penv.reset(id=done_ids)
+            reset_obs, first_info = self.penv.reset(id=done_ids)
             put(obs, done_ids, reset_obs)
             for p, i in enumerate(done_ids.tolist()):
-                self.reset_infos[i] = env_info(reset_info, p)
+                self.reset_infos[i] = env_info(first_info, p)
         return obs, reward.astype(np.float32), dones, infos
 
     def close(self) -> None:
