@@ -37,11 +37,12 @@ def is_tensor(value: Any) -> bool:
     return torch is not None and torch.is_tensor(value)
 
 
-def import_torch() -> Any:
+def import_torch(needed_for: str = "torch output") -> Any:
+    """torch, or an ImportError that says what needed it and what to install."""
     try:
         import torch
-    except ImportError as exc:  # pragma: no cover - torch is in the test extra
-        raise ImportError('torch results need torch: pip install "parallelenv[torch]"') from exc
+    except ImportError:
+        raise ImportError(f"{needed_for} needs PyTorch: pip install 'parallelenv[torch]'") from None
     return torch
 
 

@@ -7,12 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+from parallelenv.arrays import import_torch, to_torch, tree_map
 
-try:
-    import torch
-except ImportError:
-    raise ImportError("output='torch' needs PyTorch: pip install 'parallelenv[torch]'") from None
+torch = import_torch("output='torch'")
 
 
 class TorchOutput:
@@ -32,13 +29,7 @@ class TorchOutput:
 
     def tensors(self, value: Any) -> Any:
         """Arrays, and dicts and tuples of them, as tensors; the result owns its memory already."""
-        if isinstance(value, np.ndarray):
-            return torch.from_numpy(value).to(self.device)
-        if isinstance(value, dict):
-            return {key: self.tensors(sub) for key, sub in value.items()}
-        if isinstance(value, tuple):
-            return tuple(self.tensors(sub) for sub in value)
-        return value
+        return to_torch(value, self.device)
 
     def results(self, results: Any, align: str) -> Any:
         """Obs, reward, terminated and truncated as tensors; infos stay as they are."""
@@ -48,10 +39,5 @@ class TorchOutput:
         return (*(self.tensors(a) for a in arrays), info)
 
     def actions(self, actions: Any) -> Any:
-        if isinstance(actions, torch.Tensor):
-            return actions.detach().cpu().numpy()
-        if isinstance(actions, dict):
-            return {key: self.actions(sub) for key, sub in actions.items()}
-        if isinstance(actions, tuple):
-            return tuple(self.actions(sub) for sub in actions)
-        return actions
+        """Torch actions (also inside dicts and tuples) as NumPy; anything else as it is."""
+        return tree_map(lambda x: x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x, actions)

@@ -5,12 +5,9 @@ Importing this package imports torch; ``import parallelenv`` alone does not.
 
 from __future__ import annotations
 
-try:
-    import torch  # noqa: F401
-except ImportError:
-    raise ImportError(
-        "the tensor backend and torch output need PyTorch: pip install 'parallelenv[torch]'"
-    ) from None
+from parallelenv.arrays import import_torch
+
+import_torch("the tensor backend")
 
 from parallelenv.tensor.env import TensorEnv, default_device, fill_rows, put_rows
 from parallelenv.tensor.random import CounterRNG
