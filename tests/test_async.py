@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from envs import DelayEnv, counting
+
 from parallelenv import AlreadyPendingError, NoPendingCallError
 
 FAST, SLOW = 0.0, 1.5
@@ -84,6 +84,26 @@ def test_k_of_n_loop_loses_no_result(make_penv):
     *_, info = penv.recv()
     received[info["env_id"]] += 1
     assert penv.get_env_attr("step_calls") == received.tolist()
+
+
+@pytest.mark.timeout(60)
+def test_lockstep_steps_after_a_partial_recv_get_every_result(make_penv):
+    # On subproc a step of every env sleeps until its last worker answers; a
+    # recv of only some of them in between must not leave it waiting for a
+    # wake-up that was already taken, nor take a stale one for the answer.
+    penv = make_penv(delay_envs([FAST, FAST, 0.05, 0.05]))
+    penv.reset(seed=0)
+    penv.send([1, 1, 1, 1])
+    *_, info = penv.recv(wait_num=2)
+    early = env_ids(info)
+    penv.send(np.ones(len(early), dtype=int), id=early)
+    *_, info = penv.recv()
+    assert sorted(early + env_ids(info)) == sorted([0, 1, 2, 3] + early)
+    for _ in range(3):
+        obs, *_ = penv.step([1, 1, 1, 1])
+        np.testing.assert_array_equal(obs[:, 0], [0, 1, 2, 3])
+    expected = [5 if i in early else 4 for i in range(4)]
+    assert penv.get_env_attr("step_calls") == expected
 
 
 def test_misuse_raises_typed_errors(make_penv):

@@ -4,9 +4,11 @@ Why this shape: one pipe round trip costs more than a cheap env's step, so a
 worker steps several envs per message and every call costs one short message
 per worker, not per env. Observations, rewards and flags go through shared
 memory (see :mod:`parallelenv.backends.shm`); the pipe carries only the call
-and the envs' non-empty infos. The parent blocks in ``connection.wait`` on
-the pipes and the processes' sentinels, so it takes no core from the envs
-and learns at once when a worker dies.
+and the envs' non-empty infos. The parent blocks in one ``poll`` on the pipes
+and the processes' sentinels, so it takes no core from the envs and learns
+at once when a worker dies; for a step of every env it sleeps instead on a
+:class:`~parallelenv.backends.countdown.Countdown` that only the last worker
+to answer wakes.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from typing import Any
 
 import cloudpickle
 
+from parallelenv.backends import wire
 from parallelenv.backends.base import BackendConfig, available_cpus
+from parallelenv.backends.countdown import Countdown
 from parallelenv.backends.env_host import EnvSource, common_spaces
 from parallelenv.backends.groups import Groups
 from parallelenv.backends.shm import SharedBuffers
-from parallelenv.backends import wire
 from parallelenv.backends.worker import CLOSE, LINGER_S, Attach, Ready, worker_main
 from parallelenv.calls import Call, Failure, Reply, Step
 from parallelenv.errors import WorkerDiedError
@@ -175,6 +178,10 @@ class SubprocBackend:
         self._shared: SharedBuffers | None = None
         self._closed = False
         ctx = _context(start_method)
+        self._countdown = Countdown(ctx)
+        # With one worker its reply is the only wake-up anyway.
+        self._counts_steps = num_workers > 1
+        self._counting = False  # a counted step is in flight and its wake-up not yet taken
         # Workers attach to the shared memory and so register it with a
         # resource tracker: it must be ours, running before they start, or
         # each forked worker starts its own, which unlinks our segment when
@@ -184,7 +191,7 @@ class SubprocBackend:
         try:
             linger_s = LINGER_S if num_workers <= available_cpus() else 0.0
             for env_ids in self._groups.members:
-                self._workers.append(self._start_worker(ctx, payloads, env_ids, config, linger_s))
+                self._workers.append(self._start_worker(ctx, payloads, env_ids, config, linger_s, self._countdown))
             self._handshake(start_timeout)
             self._watch()
         except BaseException:
@@ -197,22 +204,34 @@ class SubprocBackend:
         # and fill a selector on every call.
         self._poll = select.poll()
         self._by_fd: dict[int, tuple[_Worker, bool]] = {}
+        # What a counted step sleeps on: the countdown's wake-up, or a worker dying.
+        self._countdown_poll = select.poll()
+        self._countdown_poll.register(self._countdown.fileno(), select.POLLIN)
         for worker in self._workers:
             for fd, is_sentinel in ((worker.conn.fileno(), False), (worker.process.sentinel, True)):
                 self._poll.register(fd, select.POLLIN)
                 self._by_fd[fd] = (worker, is_sentinel)
+            self._countdown_poll.register(worker.process.sentinel, select.POLLIN)
         self._all_ids = tuple(range(self.num_envs))
         self._group_steps: list[tuple[_Worker, Call]] = [(w, Step(w.group_ids)) for w in self._workers]
 
     @staticmethod
     def _start_worker(
-        ctx: Any, payloads: list[bytes], env_ids: list[int], config: BackendConfig, linger_s: float
+        ctx: Any,
+        payloads: list[bytes],
+        env_ids: list[int],
+        config: BackendConfig,
+        linger_s: float,
+        countdown: Countdown,
     ) -> _Worker:
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         group_payloads = [payloads[i] for i in env_ids]
         process = ctx.Process(
             target=worker_main,
-            args=(child_conn, group_payloads, env_ids[0], config.restart, config.no_warning, linger_s),
+            args=(
+                child_conn, group_payloads, env_ids[0], config.restart, config.no_warning, linger_s,
+                countdown.for_worker(),
+            ),
             name=f"parallelenv-worker-{env_ids[0]}-{env_ids[-1]}",
             daemon=True,
         )
@@ -249,24 +268,39 @@ class SubprocBackend:
         return message
 
     def dispatch(self, call: Call) -> None:
+        counted = self._counts_steps and self._is_step_of_all(call) and not any(w.sent for w in self._workers)
+        if counted:
+            self._countdown.arm(len(self._workers))
+        # A call of any other kind in flight alongside a counted step: its
+        # reply may come after the wake-up, so wait on the pipes from now on.
+        self._counting = counted
         for worker, worker_call in self._route(call):
             if worker.death is not None:
                 raise worker.death
+            message = wire.STEP_GROUP_COUNTED if counted else wire.encode_call(worker_call, worker.group_ids)
             try:
-                worker.conn.send_bytes(wire.encode_call(worker_call, worker.group_ids))
+                worker.conn.send_bytes(message)
             except (BrokenPipeError, ConnectionResetError, EOFError):
                 raise self._lost(worker) from None
             worker.sent.append(worker_call.env_ids)
 
+    def _is_step_of_all(self, call: Call) -> bool:
+        return type(call) is Step and call.env_ids == self._all_ids
+
     def _route(self, call: Call) -> list[tuple[_Worker, Call]]:
-        if type(call) is Step and call.env_ids == self._all_ids:
+        if self._is_step_of_all(call):
             return self._group_steps
         return [(self._workers[group], group_call) for group, group_call in self._groups.split(call)]
 
     def collect(self, timeout: float | None, want_all: bool = False) -> list[Reply]:
         if not any(worker.sent for worker in self._workers):
             return []
-        events = self._poll.poll(None if timeout is None else math.ceil(timeout * 1000))
+        if want_all and self._counting:
+            if self._await_countdown(timeout):
+                self._counting = False
+            else:
+                timeout = 0.0  # time is up: hand over what has arrived, so only envs still silent count as hung
+        events = self._poll.poll(_milliseconds(timeout))
         replies = []
         for fd, _ in events:
             worker, is_sentinel = self._by_fd[fd]
@@ -279,11 +313,22 @@ class SubprocBackend:
             replies.append(wire.decode_reply(data, worker.sent.popleft()))
         return replies
 
+    def _await_countdown(self, timeout: float | None) -> bool:
+        """Sleep until the last worker of a counted step wakes us (True), or ``timeout`` passes."""
+        events = self._countdown_poll.poll(_milliseconds(timeout))
+        for fd, _ in events:
+            if fd != self._countdown.fileno():
+                raise self._lost(self._by_fd[fd][0])
+        if events:
+            self._countdown.drain()
+        return bool(events)
+
     def _lost(self, worker: _Worker, reason: str | None = None) -> WorkerDiedError:
         """Record a worker's death and stop watching its pipe and sentinel."""
         if worker.death is None:
             for fd in (worker.conn.fileno(), worker.process.sentinel):
                 self._poll.unregister(fd)
+            self._countdown_poll.unregister(worker.process.sentinel)
         return worker.died(reason)
 
     def worker_pids(self) -> list[int]:
@@ -316,6 +361,12 @@ class SubprocBackend:
                 worker.process.kill()
                 worker.process.join(timeout=5.0)
             worker.conn.close()
+        self._countdown.close()
         if self._shared is not None:
             self.buffers = None  # type: ignore[assignment]  # the arrays die with the segment
             self._shared.release()
+
+
+def _milliseconds(timeout: float | None) -> int | None:
+    """A ``poll`` timeout: None waits forever; never rounded down to a busy loop."""
+    return None if timeout is None else math.ceil(timeout * 1000)

@@ -17,6 +17,9 @@ import cloudpickle
 from parallelenv.calls import Done, Failure, Step, method_name
 
 STEP_GROUP = b"s"  # pickles start with b"\x80", so one byte cannot be mistaken for one
+# The same step, counted down on the backend's barrier (see subproc.Barrier):
+# the worker that answers last also wakes the parent.
+STEP_GROUP_COUNTED = b"c"
 STEP_DONE_NO_INFO = b""
 
 
@@ -35,7 +38,7 @@ def encode_call(call: Any, group_ids: tuple[int, ...]) -> bytes:
 
 
 def decode_call(data: bytes, group_step: Step) -> Any:
-    return group_step if data == STEP_GROUP else pickle.loads(data)
+    return group_step if data == STEP_GROUP or data == STEP_GROUP_COUNTED else pickle.loads(data)
 
 
 def encode_reply(reply: Any, call: Any) -> bytes:

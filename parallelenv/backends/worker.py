@@ -23,6 +23,7 @@ import cloudpickle
 from gymnasium import spaces
 
 from parallelenv.backends import wire
+from parallelenv.backends.countdown import WorkerCountdown
 from parallelenv.backends.env_host import EnvGroup, make_envs
 from parallelenv.backends.shm import SharedBuffers
 from parallelenv.calls import Failure, Step
@@ -50,9 +51,15 @@ CLOSE = Close()
 
 
 def worker_main(
-    conn: Connection, payloads: list[bytes], first_id: int, restart: bool, no_warning: bool, linger_s: float
+    conn: Connection,
+    payloads: list[bytes],
+    first_id: int,
+    restart: bool,
+    no_warning: bool,
+    linger_s: float,
+    countdown: WorkerCountdown,
 ) -> None:
-    """Entry point of a worker process; ``linger_s`` as in :func:`_serve`."""
+    """Entry point of a worker process; ``linger_s`` and ``countdown`` as in :func:`_serve`."""
     # Ctrl-C reaches the whole process group; the parent decides, and closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if no_warning:
@@ -71,7 +78,7 @@ def worker_main(
         # The envs and imports live as long as the process: keep the collector from re-scanning them.
         gc.freeze()
         conn.send_bytes(wire.encode(Ready([])))
-        _serve(conn, group, linger_s)
+        _serve(conn, group, linger_s, countdown)
     except (EOFError, OSError):
         pass  # the parent is gone: nobody is left to answer
     finally:
@@ -114,7 +121,8 @@ def _start(conn: Connection, payloads: list[bytes], first_id: int, restart: bool
 LINGER_S = 0.0003
 
 
-def _serve(conn: Connection, group: EnvGroup, linger_s: float) -> None:
+def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: WorkerCountdown) -> None:
+    """Answer calls in order; a counted step also counts down on ``countdown`` (see its module)."""
     recv, send, run = conn.recv_bytes, conn.send_bytes, group.run
     group_step = Step(group.all_ids)
     incoming = select.poll()
@@ -122,10 +130,15 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float) -> None:
     while True:
         if linger_s:
             linger(incoming, linger_s)
-        call = wire.decode_call(recv(), group_step)
+        data = recv()
+        call = wire.decode_call(data, group_step)
         if isinstance(call, Close):
             return
-        send(wire.encode_reply(run(call), call))
+        reply = wire.encode_reply(run(call), call)
+        last = data == wire.STEP_GROUP_COUNTED and countdown.arrive()
+        send(reply)
+        if last:
+            countdown.wake()
 
 
 def linger(watched: select.poll, seconds: float) -> None:
