@@ -53,6 +53,9 @@ class InFlight:
         self.num_ready = 0
         self.broken: WorkerDiedError | None = None
         self._sent_at = np.zeros(n)
+        # No later than the oldest pending call's dispatch: replies only make the
+        # true value later, so it is recomputed only once a hang seems due.
+        self._oldest_sent = 0.0
         self._send_order = np.zeros(n, dtype=np.int64)
         self._next_order = 0
 
@@ -88,8 +91,11 @@ class InFlight:
 
     def dispatch(self, call: Call, ids: np.ndarray) -> None:
         rows = self.rows(ids)
+        now = time.monotonic()
         self.state[rows] = PENDING
-        self._sent_at[rows] = time.monotonic()
+        self._sent_at[rows] = now
+        if self.num_pending == 0:
+            self._oldest_sent = now
         self.num_pending += len(ids)
         try:
             self.backend.dispatch(call)
@@ -127,13 +133,22 @@ class InFlight:
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             return None
-        pending = self.state == PENDING
-        hang_at = None if self.call_timeout is None else self._sent_at[pending].min() + self.call_timeout
+        hang_at = self._hang_at(now)
         until = min((t for t in (deadline, hang_at) if t is not None), default=None)
         replies = self.backend.collect(None if until is None else max(0.0, until - now), want_all)
-        if not replies and hang_at is not None and time.monotonic() >= hang_at:
-            self._kill_hung(pending)
+        if not replies and hang_at is not None:
+            now = time.monotonic()
+            if now >= hang_at and self._hang_at(now) <= now:  # type: ignore[operator]
+                self._kill_hung(now)
         return replies
+
+    def _hang_at(self, now: float) -> float | None:
+        """When the oldest pending call will have hung; exact whenever that time has come."""
+        if self.call_timeout is None:
+            return None
+        if self._oldest_sent + self.call_timeout <= now:
+            self._oldest_sent = float(self._sent_at[self.state == PENDING].min())
+        return self._oldest_sent + self.call_timeout
 
     def raise_failure(self) -> None:
         failure, self.failures = self.failures[0], []
@@ -157,9 +172,19 @@ class InFlight:
         self.none_result[rows] = False
         return infos, none_result
 
-    def _kill_hung(self, pending: np.ndarray) -> None:
+    def _index(self, env_ids: tuple[int, ...]) -> slice | np.ndarray:
+        """Index per-env arrays by a reply's (distinct) env ids: a slice when they form a range,
+        as the whole group of a worker does, since slicing costs far less than fancy indexing."""
+        if env_ids == self._all_ids_tuple:
+            return slice(None)
+        first, size = min(env_ids), len(env_ids)
+        if max(env_ids) - first == size - 1:
+            return slice(first, first + size)
+        return np.array(env_ids, dtype=np.int64)
+
+    def _kill_hung(self, now: float) -> None:
         assert self.call_timeout is not None
-        overdue = np.flatnonzero(pending & (self._sent_at + self.call_timeout <= time.monotonic())).tolist()
+        overdue = np.flatnonzero((self.state == PENDING) & (self._sent_at + self.call_timeout <= now)).tolist()
         lost = self.backend.kill(overdue) or overdue
         raise WorkerTimeoutError(
             lost, f"envs {overdue} did not answer within call_timeout={self.call_timeout} s; their worker was killed"
@@ -167,8 +192,7 @@ class InFlight:
 
     def _absorb(self, reply: Reply) -> None:
         env_ids = reply.env_ids
-        ids = self.all_ids if env_ids == self._all_ids_tuple else np.array(env_ids, dtype=np.int64)
-        rows = self.rows(ids)
+        rows = ids = self._index(env_ids)
         self.num_pending -= len(env_ids)
         if isinstance(reply, Failure):
             self.state[rows] = IDLE

@@ -356,6 +356,24 @@ def test_hanging_env_raises_worker_timeout(make_penv):
 
 @SUBPROC_ONLY
 @pytest.mark.timeout(30)
+def test_call_timeout_counts_from_each_envs_own_send(make_penv):
+    # Env 1 is sent to 1.5 s after env 0 and answers 2 s after that: past
+    # call_timeout from env 0's send, well within it from its own.
+    penv = make_penv([lambda tag=tag: DelayEnv(tag, delay=2.0) for tag in range(2)], num_workers=2, call_timeout=3.0)
+    penv.reset(seed=0)
+    penv.send([1], id=[0])
+    *_, info = penv.recv(timeout=1.5)
+    assert info["env_id"].tolist() == []
+    penv.send([1], id=[1])
+    *_, info = penv.recv(wait_num=1)
+    assert info["env_id"].tolist() == [0]
+    *_, info = penv.recv()
+    assert info["env_id"].tolist() == [1]
+    assert penv.get_env_attr("step_calls") == [1, 1]
+
+
+@SUBPROC_ONLY
+@pytest.mark.timeout(30)
 def test_hanging_customized_method_raises_worker_timeout(make_penv):
     penv = make_penv([method_env(i) for i in range(4)], call_timeout=1)
     with pytest.raises(WorkerTimeoutError) as caught:
