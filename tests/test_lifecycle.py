@@ -265,6 +265,18 @@ def test_spawn_start_method_works(make_penv):
     assert_same(scripted_run(penv), expected)
 
 
+@SUBPROC_ONLY
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="scheduling policies are Linux's")
+@pytest.mark.parametrize("num_workers", [2, 5])
+def test_workers_are_scheduled_as_batch_jobs(make_penv, num_workers):
+    # A worker woken by the parent must not preempt it while it sends to the
+    # next worker (see worker._schedule_as_batch_job); the parent keeps its policy.
+    penv = make_penv(five_envs(), num_workers=num_workers)
+    policies = {os.sched_getscheduler(p.pid) for p in worker_processes(penv)}
+    assert policies == {os.SCHED_BATCH}
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
 @pytest.mark.parametrize("num_workers", [0, -1, 5, 2.0, "2"])
 def test_bad_num_workers_is_refused(no_leaks, num_workers):
     with pytest.raises(ValueError, match="num_workers") as caught:

@@ -6,7 +6,8 @@ each of those wake-ups lands on a core an env is using, and on a virtual
 machine a wake-up is tens of microseconds of the waker's time: measured here,
 the worker sharing a core with the parent took ~120 us longer per CartPole
 step of its 32 envs than the other one. For a step of every env (``step()``
-with no ids, the common case) the workers count down on a shared counter
+with no ids, the common case) with a worker per core (see ``SubprocBackend``
+for why not with more workers), the workers count down on a shared counter
 instead, and only the one that takes it to zero writes a byte to the pipe the
 parent sleeps on. Its own reply and the others' are on their pipes by then,
 or about to be: a worker counts down before it answers, so that by the time

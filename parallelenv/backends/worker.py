@@ -62,6 +62,7 @@ def worker_main(
     """Entry point of a worker process; ``linger_s`` and ``countdown`` as in :func:`_serve`."""
     # Ctrl-C reaches the whole process group; the parent decides, and closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _schedule_as_batch_job()
     if no_warning:
         warnings.simplefilter("ignore")
     group = _start(conn, payloads, first_id, restart)
@@ -86,6 +87,22 @@ def worker_main(
         del group
         if shared is not None:
             shared.release()
+
+
+def _schedule_as_batch_job() -> None:
+    """Let a parent that wakes this worker finish what it is doing before the worker runs.
+
+    Under Linux's default policy a worker woken by the parent's message
+    preempts the parent, on its core, in the middle of sending the next
+    worker's: with 16 workers on 2 cores, sending 8 of them their actions took
+    ~215 us, and ~128 us under SCHED_BATCH, which has no wake-up preemption and
+    is otherwise the default policy (jitter16: +4% lockstep, +2% k-of-n; no
+    change measured with a worker per core).
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux, or a policy this process may not leave
+        pass
 
 
 def _start(conn: Connection, payloads: list[bytes], first_id: int, restart: bool) -> EnvGroup | None:
