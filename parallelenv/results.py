@@ -46,10 +46,26 @@ def item_results(
 
 def _by_position(ids: np.ndarray, infos: dict[int, dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
     """``(position in ids, info)`` pairs, in position order (the same for every backend)."""
-    if len(infos) * 8 < len(ids):  # few infos: look each one's position up
-        position_of = {i: p for p, i in enumerate(ids.tolist())} if len(ids) > 1 else {int(ids[0]): 0}
-        return sorted((position_of[i], info) for i, info in infos.items() if i in position_of)
-    return [(p, infos[i]) for p, i in enumerate(ids.tolist()) if i in infos]
+    if len(infos) * 8 >= len(ids):
+        return [(p, infos[i]) for p, i in enumerate(ids.tolist()) if i in infos]
+    # Few infos: find each one's position. In a step of every env, env i is at
+    # position i, which one comparison confirms; other orders need a lookup table.
+    n = len(ids)
+    pairs = []
+    position_of = None
+    for i, info in infos.items():
+        if i < n and ids[i] == i:
+            pairs.append((i, info))
+            continue
+        if position_of is None:
+            position_of = {env_id: p for p, env_id in enumerate(ids.tolist())}
+        if i in position_of:
+            pairs.append((position_of[i], info))
+    return sorted(pairs, key=_first)
+
+
+def _first(pair: tuple[int, Any]) -> int:
+    return pair[0]
 
 
 def batch_results(
