@@ -17,7 +17,7 @@ import cloudpickle
 from parallelenv.calls import Done, Failure, Step, method_name
 
 STEP_GROUP = b"s"  # pickles start with b"\x80", so one byte cannot be mistaken for one
-# The same step, counted down on the backend's barrier (see subproc.Barrier):
+# The same step, counted down on the backend's countdown (see backends.countdown):
 # the worker that answers last also wakes the parent.
 STEP_GROUP_COUNTED = b"c"
 STEP_DONE_NO_INFO = b""
