@@ -27,7 +27,10 @@ def test_a_killed_actor_raises_worker_died_naming_its_envs(ray_session, mode):
     pids = penv._backend.actor_pids()
     penv.reset(seed=0)
     victim = penv._backend._actors[-1]
+    victim_pid = ray_session.get(victim.handle.pids.remote())[0]
     ray_session.kill(victim.handle, no_restart=True)
+    # ray.kill returns before the actor is gone: a step sent in between may still be answered.
+    assert_gone([victim_pid])
     with pytest.raises(WorkerDiedError) as caught:
         penv.step([0, 0, 0, 0])
     assert caught.value.env_indices == victim.env_ids
