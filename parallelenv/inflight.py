@@ -207,4 +207,4 @@ class InFlight:
         else:
             self.state[rows] = IDLE
             values = reply.values
-            self.call_values.update(values if isinstance(values, dict) else zip(env_ids, values))
+            self.call_values.update(values if isinstance(values, dict) else zip(env_ids, values, strict=True))

@@ -560,7 +560,7 @@ def test_bad_numeric_options_are_refused(no_leaks, backend, option, value):
 
 
 def test_env_warnings_are_silenced_by_default(make_penv):
-    penv = make_penv([lambda: WarningEnv(i) for i in range(2)])
+    penv = make_penv([lambda i=i: WarningEnv(i) for i in range(2)])
     penv.reset(seed=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -569,7 +569,7 @@ def test_env_warnings_are_silenced_by_default(make_penv):
 
 
 def test_env_warnings_reach_the_caller_with_no_warning_false_in_dummy(no_leaks):
-    with ParallelEnv([lambda: WarningEnv(i) for i in range(2)], para_mode="dummy", no_warning=False) as penv:
+    with ParallelEnv([lambda i=i: WarningEnv(i) for i in range(2)], para_mode="dummy", no_warning=False) as penv:
         penv.reset(seed=0)
         with pytest.warns(UserWarning, match="a warning from inside the env"):
             penv.step([0, 0])

@@ -137,7 +137,7 @@ def _merged(call: Call, replies: list[Reply]) -> Reply:
     by_env: dict[int, Any] = {}
     for reply in done:
         values = reply.values
-        by_env.update(values if isinstance(values, dict) else zip(reply.env_ids, values))
+        by_env.update(values if isinstance(values, dict) else zip(reply.env_ids, values, strict=True))
     merged = by_env if isinstance(done[0].values, dict) else [by_env[i] for i in call.env_ids]
     return Done(done[0].call_type, call.env_ids, merged)
 
