@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 from envs import CountingEnv, DelayEnv, FailingResetEnv, FaultyEnv
-from gymnasium import spaces
 
 from parallelenv import ParallelEnv
 from parallelenv.tensor import TensorEnv, fill_rows, put_rows
@@ -177,21 +176,9 @@ class NumpyView:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    @property
-    def observation_space(self) -> spaces.Space:
-        return self.penv.observation_space
-
-    @property
-    def action_space(self) -> spaces.Space:
-        return self.penv.action_space
-
-    @property
-    def single_observation_space(self) -> spaces.Space:
-        return self.penv.single_observation_space
-
-    @property
-    def single_action_space(self) -> spaces.Space:
-        return self.penv.single_action_space
+    def __getattr__(self, name: str) -> Any:
+        # Spaces, num_envs and the calls whose results hold no tensors pass through.
+        return getattr(self.penv, name)
 
     def reset(self, *args: Any, align: str = "item", **kwargs: Any) -> Any:
         return self._results(self.penv.reset(*args, align=align, **kwargs), align)
@@ -202,20 +189,8 @@ class NumpyView:
     def recv(self, *args: Any, align: str = "item", **kwargs: Any) -> Any:
         return self._results(self.penv.recv(*args, align=align, **kwargs), align)
 
-    def send(self, *args: Any, **kwargs: Any) -> None:
-        self.penv.send(*args, **kwargs)
-
     def get_env_attr(self, *args: Any, **kwargs: Any) -> list[Any]:
         return [to_numpy(value) for value in self.penv.get_env_attr(*args, **kwargs)]
-
-    def set_env_attr(self, *args: Any, **kwargs: Any) -> None:
-        self.penv.set_env_attr(*args, **kwargs)
-
-    def customized_method(self, *args: Any, **kwargs: Any) -> list[Any]:
-        return self.penv.customized_method(*args, **kwargs)
-
-    def close(self) -> None:
-        self.penv.close()
 
     def _results(self, results: Any, align: str) -> Any:
         if align == "batch":
