@@ -89,7 +89,7 @@ class InFlight:
         self.none_result[ids] = True
         self.num_ready += len(ids)
 
-    def dispatch(self, call: Call, ids: np.ndarray) -> None:
+    def dispatch(self, call: Call, ids: np.ndarray, awaited_together: bool = False) -> None:
         rows = self.rows(ids)
         now = time.monotonic()
         self.state[rows] = PENDING
@@ -98,7 +98,7 @@ class InFlight:
             self._oldest_sent = now
         self.num_pending += len(ids)
         try:
-            self.backend.dispatch(call)
+            self.backend.dispatch(call, awaited_together)
         except WorkerDiedError as died:
             self.broken = died
             raise

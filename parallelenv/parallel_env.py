@@ -230,9 +230,10 @@ class ParallelEnv:
         """
         ids = self._ids(id)
         arguments.check_align(align)
-        self._send(actions, ids)
         calls = self._calls
-        calls.wait(calls.answered(ids), None, drain=True, want_all=ids is calls.all_ids)
+        whole = ids is calls.all_ids
+        self._send(actions, ids, awaited_together=whole)
+        calls.wait(calls.answered(ids), None, drain=True, want_all=whole)
         if calls.failures:
             calls.receive(ids)  # every env of this step has answered; the results go with the error
             calls.raise_failure()
@@ -341,7 +342,7 @@ class ParallelEnv:
         self._check_usable()
         return self._calls.all_ids if id is None else arguments.env_ids(id, self.num_envs)
 
-    def _send(self, actions: Any, ids: np.ndarray) -> None:
+    def _send(self, actions: Any, ids: np.ndarray, awaited_together: bool = False) -> None:
         calls = self._calls
         calls.require_idle(ids, "send to")
         if self._to_torch is not None:
@@ -356,7 +357,7 @@ class ParallelEnv:
                 if not ids.size:
                     return
         put(self._backend.buffers.actions, calls.rows(ids), batch)
-        calls.dispatch(Step(tuple(ids.tolist())), ids)
+        calls.dispatch(Step(tuple(ids.tolist())), ids, awaited_together)
 
     def _call(self, call: Call, ids: np.ndarray) -> dict[int, Any]:
         """Run a non-step call on ``ids`` to completion; returns each env's answer."""

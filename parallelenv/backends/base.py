@@ -29,7 +29,9 @@ class Backend(Protocol):
 
     ``dispatch`` hands a call over and returns at once; ``collect`` returns
     the replies that have arrived, waiting up to ``timeout`` seconds for at
-    least one. Step actions are read from ``buffers.actions`` and results
+    least one. A call dispatched ``awaited_together`` (a ``step`` of every
+    env, not a ``send``) is only ever collected with ``want_all``, so its
+    replies may arrive in one piece. Step actions are read from ``buffers.actions`` and results
     written into the other buffers, rows indexed by env id. A backend that
     loses envs raises :class:`~parallelenv.WorkerDiedError` from either.
     """
@@ -41,7 +43,7 @@ class Backend(Protocol):
     #: Replies exist by the time ``dispatch`` returns (calls run in the caller).
     runs_in_caller: bool
 
-    def dispatch(self, call: Call) -> None: ...
+    def dispatch(self, call: Call, awaited_together: bool = False) -> None: ...
 
     def collect(self, timeout: float | None, want_all: bool = False) -> list[Reply]:
         """Replies that have arrived; with ``want_all`` the caller needs every pending one,

@@ -37,7 +37,7 @@ class DummyBackend:
         self.single_action_space = action_space
         self._replies: list[Reply] = []
 
-    def dispatch(self, call: Call) -> None:
+    def dispatch(self, call: Call, awaited_together: bool = False) -> None:
         if self._no_warning:
             with silenced(True):
                 self._replies.append(self._group.run(call))

@@ -99,7 +99,7 @@ class GroupHost:
         if actions is not None:
             put(backend.buffers.actions, rows, actions)
         try:
-            backend.dispatch(local)
+            backend.dispatch(local, awaited_together=True)
             replies = _collect_all(backend, len(rows))
         except WorkerDiedError as died:
             return Lost(tuple(i + self._first_id for i in died.env_indices), died.reason), None

@@ -160,7 +160,7 @@ class RayBackend:
         """The Ray node id each env runs on."""
         return [actor.node for actor in self._actors for _ in actor.env_ids]
 
-    def dispatch(self, call: Call) -> None:
+    def dispatch(self, call: Call, awaited_together: bool = False) -> None:
         for group, actor_call in self._groups.split(call):
             actor = self._actors[group]
             if actor.death is not None:

@@ -33,12 +33,12 @@ import cloudpickle
 
 from parallelenv.backends import wire
 from parallelenv.backends.base import BackendConfig, available_cpus
-from parallelenv.backends.countdown import Countdown
+from parallelenv.backends.countdown import Countdown, WorkerCountdown
 from parallelenv.backends.env_host import EnvSource, common_spaces
 from parallelenv.backends.groups import Groups
 from parallelenv.backends.shm import SharedBuffers
 from parallelenv.backends.worker import CLOSE, LINGER_S, Attach, Ready, worker_main
-from parallelenv.calls import Call, Failure, Reply, Step
+from parallelenv.calls import Call, Done, Failure, Reply, Step
 from parallelenv.errors import WorkerDiedError
 
 CLOSE_GRACE_S = 5.0
@@ -178,7 +178,7 @@ class SubprocBackend:
         self._shared: SharedBuffers | None = None
         self._closed = False
         ctx = _context(start_method)
-        self._countdown = Countdown(ctx)
+        self._countdown = Countdown(ctx, num_workers)
         # Counted steps pay where every worker has a core to compute on: there a
         # wake-up of the parent lands on a core an env is using. With more workers
         # than cores the envs mostly wait (sleep, I/O), and reading each reply as
@@ -186,7 +186,7 @@ class SubprocBackend:
         # With one worker its reply is the only wake-up anyway.
         has_cores = num_workers <= available_cpus()
         self._counts_steps = num_workers > 1 and has_cores
-        self._counting = False  # a counted step is in flight and its wake-up not yet taken
+        self._counting = False  # a counted step is in flight and its countdown not yet complete
         # Workers attach to the shared memory and so register it with a
         # resource tracker: it must be ours, running before they start, or
         # each forked worker starts its own, which unlinks our segment when
@@ -195,8 +195,9 @@ class SubprocBackend:
         self._groups = Groups(num_envs, num_workers)
         try:
             linger_s = LINGER_S if has_cores else 0.0
-            for env_ids in self._groups.members:
-                self._workers.append(self._start_worker(ctx, payloads, env_ids, config, linger_s, self._countdown))
+            for index, env_ids in enumerate(self._groups.members):
+                countdown = self._countdown.for_worker(index)
+                self._workers.append(self._start_worker(ctx, payloads, env_ids, config, linger_s, countdown))
             self._handshake(start_timeout)
             self._watch()
         except BaseException:
@@ -227,15 +228,14 @@ class SubprocBackend:
         env_ids: list[int],
         config: BackendConfig,
         linger_s: float,
-        countdown: Countdown,
+        countdown: WorkerCountdown,
     ) -> _Worker:
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         group_payloads = [payloads[i] for i in env_ids]
         process = ctx.Process(
             target=worker_main,
             args=(
-                child_conn, group_payloads, env_ids[0], config.restart, config.no_warning, linger_s,
-                countdown.for_worker(),
+                child_conn, group_payloads, env_ids[0], config.restart, config.no_warning, linger_s, countdown,
             ),
             name=f"parallelenv-worker-{env_ids[0]}-{env_ids[-1]}",
             daemon=True,
@@ -272,12 +272,15 @@ class SubprocBackend:
             message.raise_error()
         return message
 
-    def dispatch(self, call: Call) -> None:
-        counted = self._counts_steps and self._is_step_of_all(call) and not any(w.sent for w in self._workers)
+    def dispatch(self, call: Call, awaited_together: bool = False) -> None:
+        # Only a call collected whole may be counted: its quiet answers reach
+        # the parent all at once, when the last worker wakes it.
+        counted = (
+            awaited_together and self._counts_steps and self._is_step_of_all(call)
+            and not any(w.sent for w in self._workers)
+        )
         if counted:
-            self._countdown.arm(len(self._workers))
-        # A call of any other kind in flight alongside a counted step: its
-        # reply may come after the wake-up, so wait on the pipes from now on.
+            self._countdown.arm()
         self._counting = counted
         for worker, worker_call in self._route(call):
             if worker.death is not None:
@@ -300,13 +303,16 @@ class SubprocBackend:
     def collect(self, timeout: float | None, want_all: bool = False) -> list[Reply]:
         if not any(worker.sent for worker in self._workers):
             return []
-        if want_all and self._counting:
+        replies = []
+        if self._counting:
             if self._await_countdown(timeout):
                 self._counting = False
             else:
                 timeout = 0.0  # time is up: hand over what has arrived, so only envs still silent count as hung
+            replies = self._quiet_answers()
+            if not any(worker.sent for worker in self._workers):
+                return replies
         events = self._poll.poll(_milliseconds(timeout))
-        replies = []
         for fd, _ in events:
             worker, is_sentinel = self._by_fd[fd]
             if is_sentinel:
@@ -320,13 +326,25 @@ class SubprocBackend:
 
     def _await_countdown(self, timeout: float | None) -> bool:
         """Sleep until the last worker of a counted step wakes us (True), or ``timeout`` passes."""
-        events = self._countdown_poll.poll(_milliseconds(timeout))
-        for fd, _ in events:
-            if fd != self._countdown.fileno():
-                raise self._lost(self._by_fd[fd][0])
-        if events:
-            self._countdown.drain()
-        return bool(events)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            events = self._countdown_poll.poll(_milliseconds(remaining))
+            if not events:
+                return False
+            for fd, _ in events:
+                if fd != self._countdown.fileno():
+                    raise self._lost(self._by_fd[fd][0])
+            if self._countdown.complete():
+                return True
+
+    def _quiet_answers(self) -> list[Reply]:
+        """The counted step's answers that came through the countdown alone: no env had an info."""
+        answers: list[Reply] = []
+        for index, worker in enumerate(self._workers):
+            if worker.sent and self._countdown.answered_quietly(index):
+                answers.append(Done(Step, worker.sent.popleft(), {}))
+        return answers
 
     def _lost(self, worker: _Worker, reason: str | None = None) -> WorkerDiedError:
         """Record a worker's death and stop watching its pipe and sentinel."""

@@ -139,7 +139,7 @@ LINGER_S = 0.0003
 
 
 def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: WorkerCountdown) -> None:
-    """Answer calls in order; a counted step also counts down on ``countdown`` (see its module)."""
+    """Answer calls in order; a counted step is answered through ``countdown`` (see its module)."""
     recv, send, run = conn.recv_bytes, conn.send_bytes, group.run
     group_step = Step(group.all_ids)
     incoming = select.poll()
@@ -152,8 +152,13 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
         if isinstance(call, Close):
             return
         reply = wire.encode_reply(run(call), call)
-        last = data == wire.STEP_GROUP_COUNTED and countdown.arrive()
-        send(reply)
+        if data != wire.STEP_GROUP_COUNTED:
+            send(reply)
+            continue
+        quiet = reply == wire.STEP_DONE_NO_INFO
+        last = countdown.arrive(quiet)
+        if not quiet:
+            send(reply)
         if last:
             countdown.wake()
 
