@@ -35,6 +35,9 @@ class Countdown:
     def __init__(self, ctx: Any, num_workers: int) -> None:
         # A shared int with its own lock (a POSIX semaphore): workers decrement it under the lock.
         self._remaining = ctx.Value("i", 0)
+        # The parent needs no lock: it sets the counter while no worker counts
+        # down, and reads it once the last one has, or to learn it has not.
+        self._counter = self._remaining.get_obj()
         self._answers = ctx.RawArray("b", num_workers)
         self._answer_of = np.frombuffer(self._answers, dtype=np.int8)
         self._wake_reader, self._wake_writer = ctx.Pipe(duplex=False)
@@ -42,7 +45,7 @@ class Countdown:
     def arm(self) -> None:
         """Expect an answer from every worker; only call it while no worker is counting down."""
         self._answer_of[:] = NOT_YET
-        self._remaining.value = len(self._answer_of)
+        self._counter.value = len(self._answer_of)
 
     def fileno(self) -> int:
         return self._wake_reader.fileno()
@@ -55,7 +58,10 @@ class Countdown:
         counter, not the byte, says whether this step is complete.
         """
         os.read(self.fileno(), 4096)
-        return self._remaining.value == 0
+        return self._counter.value == 0
+
+    def all_quiet(self) -> bool:
+        return bool((self._answer_of == QUIET).all())
 
     def answered_quietly(self, worker_index: int) -> bool:
         return bool(self._answer_of[worker_index] == QUIET)
@@ -82,8 +88,9 @@ class WorkerCountdown:
         """Count this worker's answer (``quiet``: none follows on the pipe); True when it is the last."""
         with self._remaining.get_lock():
             self._answers[self._index] = QUIET if quiet else ON_PIPE
-            self._remaining.value -= 1
-            return self._remaining.value == 0
+            counter = self._remaining.get_obj()
+            counter.value -= 1
+            return counter.value == 0
 
     def wake(self) -> None:
         os.write(self._wake_writer.fileno(), b"w")
