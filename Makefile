@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test bench bench-quick clean
+.PHONY: demo test lint bench bench-quick clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,9 @@ demo: $(VENV)/.installed-demo
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest
+
+lint: $(VENV)/.installed-test
+	$(PY) -m ruff check parallelenv tests benchmarks
 
 bench: $(VENV)/.installed-bench
 	$(PY) -m benchmarks

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar, Union
 
 from parallelenv.errors import EnvError, RemoteTraceback

@@ -16,9 +16,9 @@ import sys
 import time
 
 import ray
+from envs import counting
 from ray.cluster_utils import Cluster
 
-from envs import counting
 from parallelenv import ParallelEnv, WorkerDiedError
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from envs import CountingEnv, DictObsEnv, counting
 from gymnasium.vector.utils import batch_space
 
-from envs import CountingEnv, DictObsEnv, counting
 from parallelenv import ParallelEnv
 from parallelenv.arguments import env_seeds
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from envs import RenderingEnv, counting
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.wrappers.vector import (
     ClipAction,
@@ -15,7 +16,6 @@ from gymnasium.wrappers.vector import (
     RescaleObservation,
 )
 
-from envs import RenderingEnv, counting
 from parallelenv import ClosedError, EnvError
 from parallelenv.arguments import env_seeds
 

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import HAS_RAY, assert_gone
 from envs import counting
+
 from parallelenv import ParallelEnv, WorkerDiedError
 
 pytestmark = pytest.mark.skipif(not HAS_RAY, reason="Ray is not installed")

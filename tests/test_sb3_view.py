@@ -5,8 +5,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-
 from envs import RenderingEnv, counting
+
 from parallelenv import ParallelEnv
 
 sb3 = pytest.importorskip("stable_baselines3")
