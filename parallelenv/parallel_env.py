@@ -348,8 +348,7 @@ class ParallelEnv:
         if self._to_torch is not None:
             actions = self._to_torch.actions(actions)
         batch = check_batch(self.single_action_space, actions, len(ids))
-        if not awaited_together:  # results awaited together come back in the order of ids, not of sends
-            calls.number_sends(ids)
+        calls.number_sends(ids)
         if self._policy.tracks_finished:
             live = self._policy.live(calls.finished, ids)
             if not live.all():

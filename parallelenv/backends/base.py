@@ -31,9 +31,10 @@ class Backend(Protocol):
     the replies that have arrived, waiting up to ``timeout`` seconds for at
     least one. A call dispatched ``awaited_together`` (a ``step`` of every
     env, not a ``send``) is only ever collected with ``want_all``, so its
-    replies may arrive in one piece. Step actions are read from ``buffers.actions`` and results
-    written into the other buffers, rows indexed by env id. A backend that
-    loses envs raises :class:`~parallelenv.WorkerDiedError` from either.
+    replies may arrive in one piece. Step actions are read from
+    ``buffers.actions`` and results written into the other buffers, rows
+    indexed by env id. A backend that loses envs raises
+    :class:`~parallelenv.WorkerDiedError` from either.
     """
 
     num_envs: int

@@ -281,7 +281,7 @@ class SubprocBackend:
         )
         if counted:
             self._countdown.arm()
-        self._counting = counted
+            self._counting = True  # until collect has every answer: quiet ones reach it through the countdown only
         for worker, worker_call in self._route(call):
             if worker.death is not None:
                 raise worker.death
