@@ -370,16 +370,28 @@ def test_ctrl_c_while_stepping_then_close_leaves_no_worker(tmp_path, no_leaks):
         assert len(workers) == 2 and all(alive(w) for w in workers)
         assert child.stdout.readline().strip() == "STEPPED"  # now inside the stepping loop
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)
+        try:
+            out, err = child.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the script went on stepping after SIGINT; its signal state: {signal_state(child.pid)}")
     finally:
         if child.poll() is None:
             child.kill()
-            child.wait()
+        child.communicate()  # closes the pipes too: a later test would see them leak
     lines = out.split()
     assert child.returncode == 0, err
     assert lines[-2:] == ["INTERRUPTED", "CLOSED"], (out, err)
     assert "Traceback" not in err and "leaked" not in err, err
     assert_gone(workers)
+
+
+def signal_state(pid: int) -> str:
+    """The kernel's view of a process's pending, blocked, ignored and caught signals (Linux)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return ", ".join(line.strip() for line in status if line.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")))
+    except OSError as exc:
+        return f"unknown ({exc})"
 
 
 UNCLOSED_SCRIPT = """
