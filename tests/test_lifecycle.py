@@ -336,10 +336,15 @@ def test_script_without_main_guard_runs(tmp_path, no_leaks, start_method):
 
 
 CTRL_C_SCRIPT = """
+import signal
+
 from envs import DelayEnv
 from parallelenv import ParallelEnv
 
 if __name__ == "__main__":
+    # Ctrl-C as in a terminal: a suite started in the background by a shell
+    # without job control hands its children SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     penv = ParallelEnv([lambda i=i: DelayEnv(i, delay=0.3) for i in range(4)], para_mode="subproc", num_workers=2)
     try:
         penv.reset(seed=0)
