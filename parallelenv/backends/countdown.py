@@ -60,9 +60,6 @@ class Countdown:
         os.read(self.fileno(), 4096)
         return self._counter.value == 0
 
-    def all_quiet(self) -> bool:
-        return bool((self._answer_of == QUIET).all())
-
     def answered_quietly(self, worker_index: int) -> bool:
         return bool(self._answer_of[worker_index] == QUIET)
 

@@ -340,10 +340,6 @@ class SubprocBackend:
 
     def _quiet_answers(self) -> list[Reply]:
         """The counted step's answers that came through the countdown alone: no env had an info."""
-        if self._countdown.all_quiet() and all(worker.sent for worker in self._workers):
-            for worker in self._workers:
-                worker.sent.popleft()
-            return [Done(Step, self._all_ids, {})]  # one bookkeeping pass in the front, not one per worker
         answers: list[Reply] = []
         for index, worker in enumerate(self._workers):
             if worker.sent and self._countdown.answered_quietly(index):
