@@ -92,26 +92,9 @@ class Arguments:
 
 
 @dataclass(frozen=True)
-class Done:
-    """A call completed on every env it named.
-
-    ``values`` holds, per env of ``env_ids``: the info dict for Reset and
-    Step, the attribute for GetAttr, the return value for CallMethod, None
-    for SetAttr. Step replies leave out empty infos (``values`` is then a
-    dict keyed by env index) since most steps of most envs have none.
-    """
-
-    call_type: type
-    env_ids: tuple[int, ...]
-    values: Any
-
-
-@dataclass(frozen=True)
 class Failure:
     """An env raised; the exception travels as data until the front raises it."""
 
-    call_type: type
-    env_ids: tuple[int, ...]  # every env the failed call named, for the front's bookkeeping
     env_index: int
     method: str
     exc_type: str
@@ -119,14 +102,10 @@ class Failure:
     traceback: str
 
     @classmethod
-    def from_exception(
-        cls, call: Call | None, env_index: int, method: str, exc: BaseException
-    ) -> Failure:
-        """Describe ``exc``, raised by env ``env_index`` running ``call`` (None: building the env)."""
+    def from_exception(cls, env_index: int, method: str, exc: BaseException) -> Failure:
+        """Describe ``exc``, raised by env ``env_index`` in ``method``."""
         exc_cls = type(exc)
         return cls(
-            call_type=type(call),
-            env_ids=(env_index,) if call is None else call.env_ids,
             env_index=env_index,
             method=method,
             exc_type=f"{exc_cls.__module__}.{exc_cls.__qualname__}".removeprefix("builtins."),
@@ -134,14 +113,39 @@ class Failure:
             traceback="".join(traceback.format_exception(exc)),
         )
 
+    def error(self) -> EnvError:
+        """The :class:`EnvError` to raise in the caller, its remote traceback chained."""
+        error = EnvError(self.env_index, self.method, self.exc_type, self.message, self.traceback)
+        error.__cause__ = RemoteTraceback(self.traceback)
+        return error
 
     def raise_error(self) -> NoReturn:
-        raise EnvError(
-            self.env_index, self.method, self.exc_type, self.message, self.traceback
-        ) from RemoteTraceback(self.traceback)
+        raise self.error()
 
 
-Reply = Union[Done, Failure]
+@dataclass(frozen=True)
+class Done:
+    """A call ran on every env it named.
+
+    ``values`` maps each env that answered to its answer: the info dict for
+    Reset, the attribute for GetAttr, the return value for CallMethod, None
+    for SetAttr and ReplaceEnv. Step replies leave out empty infos, since
+    most steps of most envs have none. An env that raised is in
+    ``failures`` instead; the call still ran on every other env it named,
+    so one env's exception never costs the others their results.
+    """
+
+    call_type: type
+    env_ids: tuple[int, ...]
+    values: dict[int, Any]
+    failures: tuple[Failure, ...] = ()
+
+    def failed_ids(self) -> list[int]:
+        return [failure.env_index for failure in self.failures]
+
+
+# Every call gets one reply of one shape, whatever happened to its envs.
+Reply = Done
 
 
 def split_call(call: Call, positions: list[int]) -> Call:
@@ -176,7 +180,7 @@ def method_name(call: Call) -> str:
     return type(call).__name__.lower()
 
 
-Message = TypeVar("Message", bound=Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv, Done, Failure])
+Message = TypeVar("Message", bound=Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv, Done])
 
 
 def shifted(message: Message, offset: int) -> Message:
@@ -187,8 +191,9 @@ def shifted(message: Message, offset: int) -> Message:
     way in and back on the way out.
     """
     changes: dict[str, Any] = {"env_ids": tuple(i + offset for i in message.env_ids)}
-    if isinstance(message, Failure):
-        changes["env_index"] = message.env_index + offset
-    elif isinstance(message, Done) and isinstance(message.values, dict):
+    if isinstance(message, Done):
         changes["values"] = {i + offset: value for i, value in message.values.items()}
+        changes["failures"] = tuple(
+            dataclasses.replace(failure, env_index=failure.env_index + offset) for failure in message.failures
+        )
     return dataclasses.replace(message, **changes)

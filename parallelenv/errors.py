@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 class ParallelEnvError(Exception):
@@ -33,6 +34,12 @@ class EnvError(ParallelEnvError):
         exc_type: the qualified name of the original exception type.
         message: the original exception's message.
         remote_traceback: the traceback text, as formatted where the env runs.
+        failed_env_ids: every env that raised in the same call (this one first).
+        results: what the other envs of the call answered, since they ran
+            all the same: for ``step``, ``recv`` and ``reset`` their results
+            in the call's ``align`` shape, with ``info["env_id"]`` naming the
+            envs (None when no other env answered); for the other calls a
+            dict from env index to value.
     """
 
     def __init__(
@@ -44,6 +51,8 @@ class EnvError(ParallelEnvError):
         self.exc_type = exc_type
         self.message = message
         self.remote_traceback = remote_traceback
+        self.failed_env_ids = [env_index]
+        self.results: Any = None
 
 
 class WorkerDiedError(ParallelEnvError):

@@ -102,6 +102,12 @@ class InFlight:
         except WorkerDiedError as died:
             self.broken = died
             raise
+        except Exception:
+            # A call the backend refused (its data cannot travel) reached no env:
+            # the protocol has a backend check everything before it sends anything.
+            self.state[rows] = IDLE
+            self.num_pending -= len(ids)
+            raise
 
     def wait(self, satisfied: Callable[[], bool], deadline: float | None, drain: bool, want_all: bool = False) -> None:
         """Absorb replies until ``satisfied()``, the deadline, or no call left pending.
@@ -150,9 +156,10 @@ class InFlight:
             self._oldest_sent = float(self._sent_at[self.state == PENDING].min())
         return self._oldest_sent + self.call_timeout
 
-    def raise_failure(self) -> None:
-        failure, self.failures = self.failures[0], []
-        failure.raise_error()
+    def take_failures(self) -> list[Failure]:
+        """The failures absorbed since the last call, oldest first; they are forgotten here."""
+        failures, self.failures = self.failures, []
+        return failures
 
     def ready_in_send_order(self) -> np.ndarray:
         ready = np.flatnonzero(self.state == READY)
@@ -194,17 +201,20 @@ class InFlight:
         env_ids = reply.env_ids
         rows = ids = self._index(env_ids)
         self.num_pending -= len(env_ids)
-        if isinstance(reply, Failure):
-            self.state[rows] = IDLE
-            self.failures.append(reply)
-        elif reply.call_type is Step:
+        if reply.failures:
+            self.failures.extend(reply.failures)
+        if reply.call_type is Step:
+            # Envs whose step raised are READY too: the front hands out the
+            # others' results and drops theirs when it raises the failure.
             self.state[rows] = READY
             self.num_ready += len(env_ids)
             self.infos.update(reply.values)
             if self.policy.tracks_finished:
                 buffers = self.backend.buffers
-                self.policy.after_step(self.finished, ids, buffers.terminated[rows] | buffers.truncated[rows])
+                done = buffers.terminated[rows] | buffers.truncated[rows]
+                if reply.failures:  # their rows hold no result of this step
+                    done[[env_ids.index(i) for i in reply.failed_ids()]] = False
+                self.policy.after_step(self.finished, ids, done)
         else:
             self.state[rows] = IDLE
-            values = reply.values
-            self.call_values.update(values if isinstance(values, dict) else zip(env_ids, values, strict=True))
+            self.call_values.update(reply.values)

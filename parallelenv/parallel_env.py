@@ -10,10 +10,11 @@ from __future__ import annotations
 import atexit
 import functools
 import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours, to run after it)
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -23,13 +24,32 @@ from parallelenv import arguments
 from parallelenv.backends import BackendConfig, resolve_backend
 from parallelenv.backends.base import Backend
 from parallelenv.batching import check_batch, put, take
-from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, GetAttr, ReplaceEnv, Reset, SetAttr, Step
-from parallelenv.errors import ClosedError
+from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, Failure, GetAttr, ReplaceEnv, Reset, SetAttr, Step
+from parallelenv.errors import ClosedError, EnvError
 from parallelenv.inflight import InFlight
 from parallelenv.policies import resolve_policy
 from parallelenv.results import batch_results, item_results
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 DEFAULT_CALL_TIMEOUT_S = 600.0
+# At exit, how long close() waits for a call another thread still has under way.
+EXIT_LOCK_WAIT_S = 1.0
+
+
+def one_caller_at_a_time(method: F) -> F:
+    """Serialise a public call: a second thread waits until the first one's call has returned.
+
+    Interleaved, two threads would take each other's replies: one could get
+    the other's rewards, or both wait for a reply the other consumed.
+    """
+
+    @functools.wraps(method)
+    def serialised(self: ParallelEnv, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return cast(F, serialised)
 
 
 class ParallelEnv:
@@ -39,12 +59,15 @@ class ParallelEnv:
         envs: ``gym.Env`` instances or zero-argument callables returning one.
             Factories are preferred for processes and Ray: nothing unpicklable
             crosses a process boundary.
-        para_mode: where the envs run: ``"dummy"``, ``"subproc"``, ``"ray"``,
+        para_mode: where the envs run: ``"dummy"`` (the default: in the
+            caller, one after another), ``"subproc"``, ``"ray"``,
             ``"ray-subproc"``, ``"tensor"`` (``envs`` is then one
             :class:`~parallelenv.tensor.TensorEnv`), or a name given to
-            :func:`~parallelenv.register_backend`.
+            :func:`~parallelenv.register_backend`. README.rst says which to pick.
         asynchronous: what happens to envs that finish at different times:
-            ``None``, ``"idle"``, ``"restart"`` or ``"continue"`` (see README).
+            ``None`` (the default: when one env finishes, all are finished
+            until ``reset``), ``"idle"``, ``"restart"`` or ``"continue"`` (see
+            README). Training loops usually want ``"restart"``.
         num_cpus: cores for this ParallelEnv; default: all of this machine's
             (for the Ray backends: all of the cluster's).
         num_gpus: GPUs for the Ray backends, spread over their actors (fractions allowed).
@@ -61,16 +84,18 @@ class ParallelEnv:
     Example:
         >>> import gymnasium as gym
         >>> from parallelenv import ParallelEnv
-        >>> with ParallelEnv([lambda: gym.make("CartPole-v1")] * 4, para_mode="dummy") as penv:
+        >>> with ParallelEnv([lambda: gym.make("CartPole-v1")] * 4) as penv:  # dummy, asynchronous=None
         ...     obs, info = penv.reset(seed=0)
         ...     obs, rew, terminated, truncated, info = penv.step([0, 1, 0, 1])
-        >>> obs.shape
-        (4, 4)
+        >>> obs.shape, penv.para_mode, penv.asynchronous
+        ((4, 4), 'dummy', None)
     """
 
-    def __new__(cls, envs: Any = None, para_mode: str = "subproc", *args: Any, **kwargs: Any) -> ParallelEnv:
+    def __new__(cls, envs: Any = None, para_mode: str = "dummy", *args: Any, **kwargs: Any) -> ParallelEnv:
         # A backend may be a ParallelEnv subclass serving the front API itself (the tensor backend).
-        return super().__new__(_own_front(para_mode) or cls if cls is ParallelEnv else cls)
+        penv = super().__new__(_own_front(para_mode) or cls if cls is ParallelEnv else cls)
+        penv._lock = threading.RLock()
+        return penv
 
     #: Whether a step's results are buffers that the next step overwrites
     #: (the tensor backend's, by default), rather than the caller's own.
@@ -79,8 +104,8 @@ class ParallelEnv:
     def __init__(
         self,
         envs: Sequence[Any],
-        para_mode: str = "subproc",
-        asynchronous: str | None = "restart",
+        para_mode: str = "dummy",
+        asynchronous: str | None = None,
         num_cpus: int | None = None,
         num_gpus: float = 0,
         no_warning: bool = True,
@@ -121,9 +146,9 @@ class ParallelEnv:
         cls,
         env_id: str,
         num_envs: int,
-        para_mode: str = "subproc",
+        para_mode: str = "dummy",
         *,
-        asynchronous: str | None = "restart",
+        asynchronous: str | None = None,
         num_cpus: int | None = None,
         num_gpus: float = 0,
         no_warning: bool = True,
@@ -190,12 +215,13 @@ class ParallelEnv:
     def __del__(self) -> None:
         # A safety net only: call close() (or use `with`) to release workers promptly.
         try:
-            self.close()
+            self._close_at_exit()
         except Exception:
             pass
 
     # ----------------------------------------------------------------- public calls
 
+    @one_caller_at_a_time
     def reset(
         self, seed: Any = None, options: Any = None, id: Any = None, align: str = "item"
     ) -> Any:
@@ -212,15 +238,21 @@ class ParallelEnv:
         ids = self._ids(id)
         arguments.check_align(align)
         call = Reset(tuple(ids.tolist()), arguments.env_seeds(seed, ids), arguments.env_options(options, ids))
-        infos = self._call(call, ids)
-        self._calls.finished[ids] = False
-        obs = take(self._backend.buffers.obs, None if ids is self._calls.all_ids else ids)
+        infos, failures = self._call(call, ids)
+        reset = _without(ids, failures)
+        self._calls.finished[reset] = False
+        obs = take(self._backend.buffers.obs, None if reset is self._calls.all_ids else reset)
+        env_ids = reset if failures else None
         if align == "batch":
-            results = batch_results(obs, None, ids, infos, None)
+            results = batch_results(obs, None, reset, infos, None, env_ids=env_ids)
         else:
-            results = item_results(obs, None, ids, infos, None)
-        return results if self._to_torch is None else self._to_torch.results(results, align)
+            results = item_results(obs, None, reset, infos, None, env_ids=env_ids)
+        results = results if self._to_torch is None else self._to_torch.results(results, align)
+        if failures:
+            raise _env_error(failures, results)
+        return results
 
+    @one_caller_at_a_time
     def step(self, actions: Any, id: Any = None, align: str = "item") -> Any:
         """Step the envs of ``id`` with one action each; returns their results.
 
@@ -235,14 +267,15 @@ class ParallelEnv:
         self._send(actions, ids, awaited_together=whole)
         calls.wait(calls.answered(ids), None, drain=True, want_all=whole)
         if calls.failures:
-            calls.receive(ids)  # every env of this step has answered; the results go with the error
-            calls.raise_failure()
+            self._raise_env_error(ids, align)
         return self._take_results(ids, align, with_env_id=False)
 
+    @one_caller_at_a_time
     def send(self, actions: Any, id: Any = None) -> None:
         """Hand ``actions`` to the envs of ``id`` and return at once (see :meth:`recv`)."""
         self._send(actions, self._ids(id))
 
+    @one_caller_at_a_time
     def recv(self, wait_num: int | None = None, timeout: float | None = None, align: str = "item") -> Any:
         """Results of the envs that have answered a :meth:`send`, at least ``wait_num`` of them.
 
@@ -260,36 +293,52 @@ class ParallelEnv:
         deadline = None if timeout is None else time.monotonic() + timeout
         calls.wait(lambda: calls.num_ready >= wait_num, deadline, drain=False, want_all=wait_num == outstanding)
         if calls.failures:
-            calls.raise_failure()
+            self._raise_env_error(calls.ready_in_send_order(), align)
         return self._take_results(calls.ready_in_send_order(), align, with_env_id=True)
 
+    @one_caller_at_a_time
     def get_env_attr(self, name: str, id: Any = None) -> list[Any]:
         """The attribute ``name`` of each env of ``id`` (None where an env has none)."""
         ids = self._ids(id)
-        values = self._call(GetAttr(tuple(ids.tolist()), _name(name)), ids)
-        return [values[i] for i in ids.tolist()]
+        return self._values(GetAttr(tuple(ids.tolist()), _name(name)), ids)
 
+    @one_caller_at_a_time
     def set_env_attr(self, name: str, value: Any, id: Any = None) -> None:
         """Set the attribute ``name`` to ``value`` on every env of ``id``."""
         ids = self._ids(id)
-        self._call(SetAttr(tuple(ids.tolist()), _name(name), value), ids)
+        self._values(SetAttr(tuple(ids.tolist()), _name(name), value), ids)
 
+    @one_caller_at_a_time
     def customized_method(self, name: str | Callable[..., Any], data: Any = None, id: Any = None) -> list[Any]:
         """Call the env method ``name`` on each env of ``id``; returns their return values.
 
         Args:
-            name: a method name, or a function called as ``name(env)`` (or
-                ``name(env, argument)``) where the env runs (it travels
-                with cloudpickle to process and Ray backends).
-            data: None to call without arguments, or a list with one argument
-                per env of ``id``, passed as the method's single argument.
+            name: a method name, or a function called as ``name(env, ...)``
+                where the env runs (it travels with cloudpickle to process and
+                Ray backends), with the arguments a method would get.
+            data: None to call without arguments, or a list with one entry per
+                env of ``id``, in its order. A dict entry is that env's keyword
+                arguments: ``{"x": 1, "y": 2}`` calls ``env.name(x=1, y=2)``.
+                Any other entry is passed as the single positional argument
+                (to pass a dict positionally, give
+                ``parallelenv.calls.Arguments((the_dict,))``). The tensor
+                backend calls its batched env once: see
+                :meth:`~parallelenv.tensor.front.TensorParallelEnv.customized_method`.
+            id: env indices; results come back in this order.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> from parallelenv import ParallelEnv
+            >>> with ParallelEnv([lambda: gym.make("CartPole-v1")] * 4) as penv:
+            ...     penv.customized_method("has_wrapper_attr", data=[{"name": "gravity"}, {"name": "mass"}], id=[3, 1])
+            [True, False]
         """
         ids = self._ids(id)
         per_env = (NO_ARGUMENT,) * len(ids) if data is None else arguments.per_env(data, ids, "data")
         method = name if callable(name) else _name(name)
-        values = self._call(CallMethod(tuple(ids.tolist()), method, per_env), ids)
-        return [values[i] for i in ids.tolist()]
+        return self._values(CallMethod(tuple(ids.tolist()), method, per_env), ids)
 
+    @one_caller_at_a_time
     def replace_envs(self, envs: Any, id: Any = None) -> None:
         """Close the envs of ``id`` and put new ones in their place, where they run.
 
@@ -314,7 +363,7 @@ class ParallelEnv:
         sources = arguments.per_env(envs, ids, "envs")
         if not getattr(self._backend, "runs_in_caller", False):
             arguments.check_picklable(sources, ids)
-        self._call(ReplaceEnv(tuple(ids.tolist()), sources), ids)
+        self._values(ReplaceEnv(tuple(ids.tolist()), sources), ids)
 
     def as_gymnasium(self) -> Any:
         """This ParallelEnv as a ``gymnasium.vector.VectorEnv`` (see :mod:`parallelenv.integrations.gymnasium`)."""
@@ -323,11 +372,28 @@ class ParallelEnv:
         return GymnasiumVectorEnv(self)
 
     def close(self) -> None:
-        """Stop every worker and free every resource; safe to call again."""
+        """Stop every worker and free every resource; safe to call again.
+
+        A call under way in another thread is waited for (up to its
+        ``call_timeout``) first.
+        """
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self._backend.close()
+
+    def _close_at_exit(self) -> None:
+        """close() for ``__del__`` and interpreter exit, where a thread still in a call must not stop it."""
+        acquired = self._lock.acquire(timeout=EXIT_LOCK_WAIT_S)
+        try:
+            self._close()
+        finally:
+            if acquired:
+                self._lock.release()
 
     # ----------------------------------------------------------------- helpers
 
@@ -359,17 +425,31 @@ class ParallelEnv:
         put(self._backend.buffers.actions, calls.rows(ids), batch)
         calls.dispatch(Step(tuple(ids.tolist())), ids, awaited_together)
 
-    def _call(self, call: Call, ids: np.ndarray) -> dict[int, Any]:
-        """Run a non-step call on ``ids`` to completion; returns each env's answer."""
+    def _call(self, call: Call, ids: np.ndarray) -> tuple[dict[int, Any], list[Failure]]:
+        """Run a non-step call on ``ids`` to completion: the answer of each env that did not raise, and the failures."""
         calls = self._calls
         calls.require_idle(ids, f"call {type(call).__name__} on")
         calls.call_values = {}
         calls.dispatch(call, ids)
         calls.wait(calls.answered(ids), None, drain=True, want_all=ids is calls.all_ids)
         values, calls.call_values = calls.call_values, {}
-        if calls.failures:
-            calls.raise_failure()
-        return values
+        return values, calls.take_failures()
+
+    def _values(self, call: Call, ids: np.ndarray) -> list[Any]:
+        """Each env's answer to ``call``, in the order of ``ids``; an EnvError if any raised."""
+        values, failures = self._call(call, ids)
+        if failures:
+            raise _env_error(failures, values)
+        return [values[i] for i in ids.tolist()]
+
+    def _raise_env_error(self, ready: np.ndarray, align: str) -> None:
+        """Raise the failures of a step or recv, handing over the results of the ``ready`` envs that did not raise."""
+        failures = self._calls.take_failures()
+        failed = np.isin(ready, [failure.env_index for failure in failures])
+        self._calls.receive(ready[failed])
+        answered = ready[~failed]
+        results = self._take_results(answered, align, with_env_id=True) if answered.size else None
+        raise _env_error(failures, results)
 
     def _take_results(self, ids: np.ndarray, align: str, with_env_id: bool) -> Any:
         """Copy the results of READY ``ids`` out of the buffers; they become IDLE."""
@@ -395,9 +475,26 @@ _OPEN: weakref.WeakSet[ParallelEnv] = weakref.WeakSet()
 def _close_open_envs() -> None:
     for penv in list(_OPEN):
         try:
-            penv.close()
+            penv._close_at_exit()
         except Exception:
             pass
+
+
+def _without(ids: np.ndarray, failures: list[Failure]) -> np.ndarray:
+    """``ids`` less the envs that failed; ``ids`` itself when none did."""
+    if not failures:
+        return ids
+    return ids[~np.isin(ids, [failure.env_index for failure in failures])]
+
+
+def _env_error(failures: list[Failure], results: Any) -> EnvError:
+    """The EnvError of the first env that raised, naming every other one and carrying the others' results."""
+    error = failures[0].error()
+    error.failed_env_ids = [failure.env_index for failure in failures]
+    error.results = results
+    if len(failures) > 1:
+        error.args = (f"{error.args[0]} (envs {error.failed_env_ids[1:]} raised too)",)
+    return error
 
 
 def _name(name: Any) -> str:

@@ -14,6 +14,10 @@ ParallelEnv's ``asynchronous`` policy:
 
 ``max_episode_length`` cuts episodes the same way, as truncations.
 
+``seed`` and ``worker_number`` play garage's parts: workers built with one
+base seed and different worker numbers give their envs distinct seeds, each
+derived with ``numpy.random.SeedSequence`` (``VecWorker.env_seeds`` lists them).
+
 Results are NumPy arrays or torch tensors on a chosen device, converted at
 the worker's boundary. A ParallelEnv that returns tensors keeps them on its
 device; the worker reads only rewards and done flags on the host, for its
@@ -73,17 +77,25 @@ class VecWorker:
             returns (NumPy for the CPU backends, tensors for the tensor backend).
         device: torch device of the results with ``output="torch"``; default:
             the device of the ParallelEnv's tensors, else ``"cpu"``.
-        seed: the seed of the first reset (see :meth:`ParallelEnv.reset`).
+        seed: the seeds of the envs' first reset (:meth:`worker_init`): None
+            (unseeded), a base seed, or a list with one seed per env, used as given.
+        worker_number: which worker this is, among workers built with one
+            base seed (garage's ``worker_number``): env ``i`` of worker ``w``
+            gets the seed of ``SeedSequence(seed, spawn_key=(w, i))``, so no two
+            envs of such workers share a seed or a stream, as ``seed + w`` or
+            ``seed + i`` would. :attr:`env_seeds` lists them.
 
     Example:
         >>> import numpy as np
         >>> from parallelenv import ParallelEnv
         >>> from parallelenv.rollout import VecWorker
-        >>> penv = ParallelEnv.make("CartPole-v1", num_envs=4, para_mode="dummy")
-        >>> worker = VecWorker(penv, lambda obs: (obs[:, 2] > 0).astype(np.int64), seed=0)
+        >>> penv = ParallelEnv.make("CartPole-v1", num_envs=4, para_mode="dummy", asynchronous="restart")
+        >>> worker = VecWorker(penv, lambda obs: (obs[:, 2] > 0).astype(np.int64), seed=0, worker_number=1)
         >>> batch = worker.collect(64)
         >>> batch.obs.shape, batch.next_obs.shape, batch.reward.shape
         ((64, 4, 4), (64, 4, 4), (64, 4))
+        >>> len(set(worker.env_seeds))
+        4
         >>> worker.shutdown()
     """
 
@@ -96,6 +108,7 @@ class VecWorker:
         output: str = "auto",
         device: Any = None,
         seed: Any = None,
+        worker_number: int = 0,
     ) -> None:
         if not isinstance(penv, ParallelEnv):
             raise TypeError(f"penv must be a ParallelEnv, not {type(penv).__name__}")
@@ -105,13 +118,18 @@ class VecWorker:
             raise ValueError(f"max_episode_length={max_episode_length!r}; use a positive int or None")
         if output not in OUTPUTS:
             raise ValueError(f"output={output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
+        if not isinstance(worker_number, int) or isinstance(worker_number, bool) or worker_number < 0:
+            raise ValueError(f"worker_number={worker_number!r}; use a non-negative int")
         self.penv = penv
         self.policy = policy
         self.max_episode_length = max_episode_length
         self.output = output
         self.device = device
-        self._seed = seed
         n = self.num_envs = len(penv)
+        self.seed = seed
+        self.worker_number = worker_number
+        #: The seed each env's first reset gets (None: unseeded), in env order.
+        self.env_seeds: tuple[int | None, ...] = self._env_seeds(seed)
         self._obs: Tree = None  # the current obs, in the output format; None until started
         self._env_is_torch = False
         self._env_device: Any = None  # where a tensor ParallelEnv keeps its results
@@ -185,9 +203,23 @@ class VecWorker:
 
     # ------------------------------------------------------------------ episodes
 
+    def worker_init(self) -> None:
+        """Reset every env with its seed of :attr:`env_seeds` and begin an episode in each.
+
+        The first :meth:`collect`, :meth:`step_episode` or :meth:`rollout`
+        calls it when nothing has started the envs yet; calling it again
+        resets the envs from the same seeds again.
+        """
+        self.start_episode(self.seed)
+
     def start_episode(self, seed: Any = None) -> None:
-        """Reset every env and begin recording a new episode in each (seed: as for ``reset``)."""
-        obs, _ = self.penv.reset(seed=seed)
+        """Reset every env and begin recording a new episode in each.
+
+        Args:
+            seed: None continues each env's random stream; a base seed or a
+                list gives the envs their seeds as ``seed`` of the constructor does.
+        """
+        obs, _ = self.penv.reset(seed=None if seed is None else list(self._env_seeds(seed)))
         leaf = first_leaf(obs)
         self._env_is_torch = is_tensor(leaf)
         self._env_device = leaf.device if self._env_is_torch else None
@@ -222,7 +254,10 @@ class VecWorker:
 
     def rollout(self) -> EpisodeBatch:
         """Start an episode in every env and run until one completes; returns the completed one(s)."""
-        self.start_episode()
+        if self._obs is None:
+            self.worker_init()  # the first start gives the envs their seeds
+        else:
+            self.start_episode()
         self._completed = []
         while not self.step_episode():
             pass
@@ -266,7 +301,19 @@ class VecWorker:
 
     def _ensure_started(self) -> None:
         if self._obs is None:
-            self.start_episode(self._seed)
+            self.worker_init()
+
+    def _env_seeds(self, seed: Any) -> tuple[int | None, ...]:
+        """One seed per env: a base seed's children of this worker, a list as given, None unseeded."""
+        checked = arguments.seed_argument(seed, np.arange(self.num_envs))
+        if checked is None:
+            return (None,) * self.num_envs
+        if isinstance(checked, tuple):
+            return checked
+        return tuple(
+            int(np.random.SeedSequence(checked, spawn_key=(self.worker_number, i)).generate_state(1, np.uint64)[0])
+            for i in range(self.num_envs)
+        )
 
     def _advance(self) -> tuple[_Step, np.ndarray]:
         """Step every env once with the policy's actions; restart the episodes that ended."""

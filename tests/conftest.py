@@ -31,7 +31,8 @@ BACKENDS = [
 # Small groups, so that a test has several workers (or actors) with several envs each.
 BACKEND_OPTIONS: dict[str, dict[str, Any]] = {
     "subproc": {"num_workers": 2},
-    "ray-subproc": {"num_actors": 2, "num_workers_per_actor": 1},
+    # Two workers per actor: an actor's reply then merges several workers' replies.
+    "ray-subproc": {"num_actors": 2, "num_workers_per_actor": 2},
 }
 TESTS_DIR = Path(__file__).resolve().parent
 

@@ -58,6 +58,10 @@ class CountingEnv(gym.Env):
     def describe(self) -> str:
         return f"env {self.tag}"
 
+    def echo(self, x: Any, y: Any = None) -> tuple[int, Any, Any]:
+        """Which env got which arguments: ``(tag, x, y)``."""
+        return (self.tag, x, y)
+
 
 class DictObsEnv(gym.Env):
     """Dict and Tuple observations, a Box action, seeded random dynamics."""

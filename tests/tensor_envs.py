@@ -85,6 +85,11 @@ class CountingTwin(TensorEnv):
     def describe(self, ids: torch.Tensor) -> list[str]:
         return [f"env {tag}" for tag in self.tag[ids].tolist()]
 
+    def echo(self, ids: torch.Tensor, x: list[Any], y: list[Any] | None = None) -> list[tuple[int, Any, Any]]:
+        """CountingEnv.echo: each keyword comes batched, one value per env of ``ids``."""
+        ys = [None] * len(x) if y is None else y
+        return list(zip(self.tag[ids].tolist(), x, ys, strict=True))
+
     def divide(self, ids: torch.Tensor, data: list[float]) -> list[float]:
         def one_over(x: float) -> float:
             return 1 / x
@@ -200,6 +205,7 @@ class NumpyView:
 
 
 # Tests of the CPU backends' suite that do not apply to one batched env, and why.
+ONE_CALL = "the batched env runs the call once for every env: one env's exception is the batch's"
 NOT_FOR_TENSOR = {
     "test_spaces_follow_gymnasium_batching": "Dict/Tuple observations: a TensorEnv's spaces are Box/Discrete",
     "test_dict_and_tuple_observations": "Dict/Tuple observations: a TensorEnv's spaces are Box/Discrete",
@@ -221,4 +227,11 @@ NOT_FOR_TENSOR = {
     "test_dropping_the_last_reference_closes": "it builds a list of CPU envs itself (tensor: test_tensor.py)",
     "test_get_env_attr_raising_gives_env_error": "a batched attribute is read once: the error names the first env "
                                                  "of id (test_tensor.py)",
+    # One batched env runs a step, reset or method as one call: an exception
+    # raised in it is the whole batch's, so there are no other envs' results to keep.
+    "test_an_env_raising_in_step_leaves_every_other_env_stepped_and_its_results_on_the_error": ONE_CALL,
+    "test_envs_raising_together_are_all_named_and_batch_results_carry_the_rest": ONE_CALL,
+    "test_recv_raises_with_the_results_of_the_envs_that_answered": ONE_CALL,
+    "test_a_reset_failing_in_one_env_resets_the_others_and_hands_over_their_results": ONE_CALL,
+    "test_a_method_failing_in_one_env_still_runs_on_the_others_and_hands_over_their_values": ONE_CALL,
 }

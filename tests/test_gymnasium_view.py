@@ -71,7 +71,7 @@ def test_record_episode_statistics_matches_a_plain_loop(make_penv, asynchronous)
 
 
 def test_restart_is_same_step_autoreset_with_final_obs_and_final_info(make_penv):
-    envs = make_penv([counting(0, 2), counting(1, 3)]).as_gymnasium()
+    envs = make_penv([counting(0, 2), counting(1, 3)], asynchronous="restart").as_gymnasium()
     assert isinstance(envs, VectorEnv) and envs.num_envs == 2
     assert envs.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
     envs.reset(seed=0)
@@ -114,11 +114,11 @@ def test_observation_wrappers_work_in_next_step_mode_and_refuse_same_step(make_p
         obs, *_ = envs.step(np.array([0, 1]))
     assert np.abs(obs).max() < 10
     with pytest.raises(ValueError, match="Expected autoreset_mode to be NEXT_STEP"):
-        NormalizeObservation(make_penv([lambda: gym.make("CartPole-v1")] * 2).as_gymnasium())
+        NormalizeObservation(make_penv([lambda: gym.make("CartPole-v1")] * 2, asynchronous="restart").as_gymnasium())
 
 
 def test_call_get_attr_set_attr_and_render(make_penv):
-    envs = make_penv([lambda: RenderingEnv(0), lambda: RenderingEnv(1)]).as_gymnasium()
+    envs = make_penv([lambda: RenderingEnv(0), lambda: RenderingEnv(1)], asynchronous="restart").as_gymnasium()
     envs.reset(seed=0)
     assert envs.call("double", 3) == (6, 6)
     assert envs.call("double", x=2.5) == (5.0, 5.0)
@@ -139,8 +139,8 @@ def test_call_get_attr_set_attr_and_render(make_penv):
 
 def test_bad_use_is_refused_clearly(make_penv):
     with pytest.raises(ValueError, match="asynchronous=None has no Gymnasium autoreset mode"):
-        make_penv([counting(0)], asynchronous=None).as_gymnasium()
-    penv = make_penv([counting(0), counting(1)])
+        make_penv([counting(0)]).as_gymnasium()  # None is the default policy
+    penv = make_penv([counting(0), counting(1)], asynchronous="restart")
     envs = penv.as_gymnasium()
     with pytest.raises(ValueError, match="reset_mask"):
         envs.reset(options={"reset_mask": np.array([True, False])})

@@ -28,9 +28,6 @@ from gymnasium.vector.utils import batch_space
 from parallelenv import ClosedError, ParallelEnv
 from parallelenv.backends.shm import NAME_PREFIX
 
-# Mostly checks of the front object: on the Ray backends only where marked every_backend.
-pytestmark = pytest.mark.local_backends
-
 SUBPROC_ONLY = pytest.mark.parametrize("backend", ["subproc"])
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -201,8 +198,8 @@ def test_dropping_the_last_reference_closes(no_leaks, backend):
 def test_closed_subproc_penv_leaves_no_process_or_shared_memory(make_penv, env):
     before = segments()
     penv = make_penv([env for _ in range(3)])
-    created = segments() - before
-    assert len(created) == 1  # one segment per ParallelEnv
+    # The segment's name is unlinked once every worker has mapped it: nothing in /dev/shm to leak.
+    assert segments() == before
     processes = worker_processes(penv)
     assert len(processes) == 2 and all(alive(p) for p in processes)
     penv.reset(seed=0)
@@ -246,10 +243,10 @@ def five_envs() -> list[Callable[[], CountingEnv]]:
 
 @SUBPROC_ONLY
 def test_num_workers_do_not_change_the_results(make_penv):
-    with ParallelEnv(five_envs(), para_mode="dummy") as reference:
+    with ParallelEnv(five_envs(), para_mode="dummy", asynchronous="restart") as reference:
         expected = scripted_run(reference)
     for num_workers in (1, 2, 5):
-        penv = make_penv(five_envs(), num_workers=num_workers)
+        penv = make_penv(five_envs(), num_workers=num_workers, asynchronous="restart")
         assert len({p.pid for p in worker_processes(penv)}) == num_workers
         assert_same(scripted_run(penv), expected)
         penv.close()
@@ -259,9 +256,9 @@ def test_num_workers_do_not_change_the_results(make_penv):
 @pytest.mark.timeout(120)
 def test_spawn_start_method_works(make_penv):
     envs = [counting(i, episode_length=2) for i in range(2)]
-    with ParallelEnv(envs, para_mode="dummy") as reference:
+    with ParallelEnv(envs, para_mode="dummy", asynchronous="restart") as reference:
         expected = scripted_run(reference)
-    penv = make_penv(envs, num_workers=1, start_method="spawn")
+    penv = make_penv(envs, num_workers=1, start_method="spawn", asynchronous="restart")
     assert_same(scripted_run(penv), expected)
 
 

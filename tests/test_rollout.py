@@ -15,7 +15,6 @@ from conftest import TESTS_DIR
 from envs import CountingEnv, DictObsEnv, OtherSpaceEnv, counting
 
 from parallelenv import EnvError, ParallelEnv
-from parallelenv.arguments import env_seeds
 from parallelenv.arrays import is_tensor, to_numpy, to_torch, tree_map
 from parallelenv.calls import Arguments
 from parallelenv.rollout import VecWorker
@@ -68,10 +67,11 @@ def test_next_obs_of_an_ended_episode_is_its_real_last_obs(make_penv, asynchrono
             np.testing.assert_array_equal(np.flatnonzero(ended[:, i]), np.arange(length - 1, 12, length))
 
 
-def plain_loop_returns(seed: int, num_envs: int, num_steps: int) -> list[tuple[int, int, float]]:
-    """``(step, env, return)`` of the episodes CartPole envs end in ``num_steps`` steps, one env at a time."""
+def plain_loop_returns(seeds: tuple[int, ...], num_steps: int) -> list[tuple[int, int, float]]:
+    """``(step, env, return)`` of the episodes CartPole envs seeded ``seeds`` end in ``num_steps`` steps,
+    one env at a time."""
     ended = []
-    for i, env_seed in enumerate(env_seeds(seed, np.arange(num_envs))):
+    for i, env_seed in enumerate(seeds):
         env = gym.make("CartPole-v1")
         obs, _ = env.reset(seed=env_seed)
         total = 0.0
@@ -91,7 +91,7 @@ def test_episode_returns_equal_a_plain_loop(make_penv, asynchronous):
     penv = make_penv([lambda: gym.make("CartPole-v1")] * 3, asynchronous=asynchronous)
     worker = VecWorker(penv, lean_policy, seed=7)
     first, second = worker.collect(60), worker.collect(90)  # a collect goes on where the last stopped
-    expected = plain_loop_returns(7, 3, 150)
+    expected = plain_loop_returns(worker.env_seeds, 150)
     returns = np.concatenate([first.episode_returns, second.episode_returns])
     assert len(expected) > 6
     np.testing.assert_array_equal(returns, [r for _, _, r in expected])
@@ -113,7 +113,8 @@ def test_dict_and_tuple_observations_are_the_same_under_every_resetting_policy(m
 
 
 def test_max_episode_length_cuts_episodes_as_truncations(make_penv):
-    worker = VecWorker(make_penv(counting_envs([3, 100])), cycle_actions, seed=0, max_episode_length=4)
+    penv = make_penv(counting_envs([3, 100]), asynchronous="restart")
+    worker = VecWorker(penv, cycle_actions, seed=0, max_episode_length=4)
     batch = worker.collect(8)
     np.testing.assert_array_equal(np.flatnonzero(batch.terminated[:, 0]), [2, 5])
     np.testing.assert_array_equal(np.flatnonzero(batch.truncated[:, 1]), [3, 7])
@@ -124,7 +125,7 @@ def test_max_episode_length_cuts_episodes_as_truncations(make_penv):
 
 
 def test_a_progress_bar_shows_on_request(make_penv, capsys):
-    worker = VecWorker(make_penv(counting_envs([3, 3])), cycle_actions, seed=0)
+    worker = VecWorker(make_penv(counting_envs([3, 3]), asynchronous="restart"), cycle_actions, seed=0)
     batch = worker.collect(5, progress=True)
     assert batch.num_steps == 5
     assert "5/5" in capsys.readouterr().err
@@ -161,7 +162,7 @@ def test_step_episode_and_collect_episode_hand_back_whole_episodes(make_penv, as
 
 
 def test_rollout_runs_one_whole_episode(make_penv):
-    worker = VecWorker(make_penv(counting_envs([4, 6, 5])), cycle_actions)
+    worker = VecWorker(make_penv(counting_envs([4, 6, 5]), asynchronous="restart"), cycle_actions)
     batch = worker.rollout()
     assert len(batch) == 1 and batch.env_ids.tolist() == [0] and batch.lengths.tolist() == [4]
     batch = worker.rollout()  # a new episode everywhere: env 0 ends first again
@@ -308,14 +309,15 @@ def test_a_torch_policy_drives_numpy_envs_and_results_come_as_tensors(make_penv)
             return self.net(obs).argmax(dim=1)
 
     policy = Greedy()
-    penv = make_penv([lambda: gym.make("CartPole-v1")] * 2)
+    penv = make_penv([lambda: gym.make("CartPole-v1")] * 2, asynchronous="restart")
     worker = VecWorker(penv, policy, output="torch", device="cpu", seed=0)
     batch = worker.collect(30)
     assert torch.is_tensor(batch.obs) and batch.obs.shape == (30, 2, 4) and batch.obs.device.type == "cpu"
     assert torch.is_tensor(batch.reward) and batch.terminated.dtype == torch.bool
     assert not batch.obs.requires_grad  # collection builds no graph
     episode = worker.rollout()
-    assert torch.is_tensor(episode.observations) and episode.observations.shape == (int(episode.lengths[0]), 4)
+    # One episode, or several that ended in the same step: their steps are concatenated.
+    assert torch.is_tensor(episode.observations) and episode.observations.shape == (int(episode.lengths.sum()), 4)
     other = Greedy()
     worker.update_agent(other.state_dict())
     assert worker.policy is policy
@@ -335,9 +337,9 @@ def test_rollout_with_numpy_imports_neither_torch_nor_ray():
         "import parallelenv, parallelenv.rollout, parallelenv.integrations.gymnasium\n"
         "from parallelenv import ParallelEnv\n"
         "from parallelenv.rollout import VecWorker\n"
-        "with VecWorker(ParallelEnv.make('CartPole-v1', 2, 'dummy'), lambda o: np.zeros(2, np.int64)) as w:\n"
+        "with VecWorker(ParallelEnv.make('CartPole-v1', 2, 'dummy', asynchronous='restart'), lambda o: np.zeros(2, np.int64)) as w:\n"
         "    w.collect(3); w.rollout()\n"
-        "    ParallelEnv.make('CartPole-v1', 2, 'dummy').as_gymnasium().close()\n"
+        "    ParallelEnv.make('CartPole-v1', 2, 'dummy', asynchronous='restart').as_gymnasium().close()\n"
         "bad = [m for m in ('torch', 'ray', 'stable_baselines3') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -77,7 +77,7 @@ def test_reset_infos_follow_sb3s_dummy_vec_env(make_penv, asynchronous):
 
 
 def test_sb3_vec_env_wrappers_work_on_the_view(make_penv):
-    venv = VecMonitor(VecCheckNan(SB3VecEnv(make_penv([cartpole] * 2)), raise_exception=True))
+    venv = VecMonitor(VecCheckNan(SB3VecEnv(make_penv([cartpole] * 2, asynchronous="restart")), raise_exception=True))
     venv = VecFrameStack(VecNormalize(venv, gamma=0.9), n_stack=2)
     venv.seed(0)
     obs = venv.reset()
@@ -91,7 +91,7 @@ def test_sb3_vec_env_wrappers_work_on_the_view(make_penv):
 
 
 def test_attributes_methods_and_wrappers_by_index(make_penv):
-    venv = SB3VecEnv(make_penv([counting(0), lambda: Monitor(counting(1)()), counting(2)]))
+    venv = SB3VecEnv(make_penv([counting(0), lambda: Monitor(counting(1)()), counting(2)], asynchronous="restart"))
     venv.reset()
     assert venv.get_attr("tag") == [0, 1, 2]
     assert venv.get_attr("tag", indices=[2, 0]) == [2, 0]
@@ -107,7 +107,7 @@ def test_attributes_methods_and_wrappers_by_index(make_penv):
 
 
 def test_render_tiles_the_envs_images(make_penv):
-    venv = SB3VecEnv(make_penv([lambda: RenderingEnv(0), lambda: RenderingEnv(1)]))
+    venv = SB3VecEnv(make_penv([lambda: RenderingEnv(0), lambda: RenderingEnv(1)], asynchronous="restart"))
     venv.reset()
     assert venv.render_mode == "rgb_array"
     assert [image[0, 0, 0] for image in venv.get_images()] == [0, 10]
@@ -115,7 +115,7 @@ def test_render_tiles_the_envs_images(make_penv):
 
 
 def test_seeds_and_options_apply_to_the_next_reset_only(make_penv):
-    venv = SB3VecEnv(make_penv([counting(0), counting(1)]))
+    venv = SB3VecEnv(make_penv([counting(0), counting(1)], asynchronous="restart"))
     venv.seed(5)
     first = venv.reset()
     second = venv.reset()
@@ -129,7 +129,7 @@ def test_seeds_and_options_apply_to_the_next_reset_only(make_penv):
 
 
 def test_reset_cancels_a_step_in_flight(make_penv):
-    venv = SB3VecEnv(make_penv([counting(0), counting(1)]))
+    venv = SB3VecEnv(make_penv([counting(0), counting(1)], asynchronous="restart"))
     venv.reset()
     venv.step_async(np.array([1, 2]))
     obs = venv.reset()
@@ -159,7 +159,7 @@ def test_ppo_learns_cartpole_through_the_view_over_subproc(no_leaks, one_torch_t
     from stable_baselines3 import PPO
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    venv = VecMonitor(SB3VecEnv(ParallelEnv.make("CartPole-v1", num_envs=8, para_mode="subproc")))
+    venv = VecMonitor(SB3VecEnv(ParallelEnv.make("CartPole-v1", num_envs=8, para_mode="subproc", asynchronous="restart")))
     try:
         venv.seed(0)
         model = PPO("MlpPolicy", venv, n_steps=256, batch_size=256, learning_rate=3e-3, gamma=0.98,

@@ -35,6 +35,12 @@ class Backend(Protocol):
     ``buffers.actions`` and results written into the other buffers, rows
     indexed by env id. A backend that loses envs raises
     :class:`~parallelenv.WorkerDiedError` from either.
+
+    Every call gets one :class:`~parallelenv.calls.Done` per host (worker,
+    actor) it reached, naming the envs of the call that host ran; an env
+    that raised is among its ``failures`` and every other env of the call
+    still runs. ``dispatch`` raises anything else (a TypeError for data
+    that cannot be sent) only before it has sent anything to any host.
     """
 
     num_envs: int

@@ -4,7 +4,8 @@ Every CPU backend hosts its envs in :class:`EnvGroup` objects: the dummy
 backend one in the caller, the subprocess backend one per worker process,
 the Ray backends one per actor. A group reads its envs' actions from and
 writes their results into :class:`Buffers` rows indexed by global env id,
-and answers every call with a :class:`Done` or a :class:`Failure`.
+and answers every call with a :class:`Done`: an env that raises is
+reported in it, and the call still runs on every other env it names.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def make_envs(sources: Sequence[EnvSource], first_id: int) -> list[gym.Env] | Fa
         except Exception as exc:
             for env in envs:
                 _close_quietly(env)
-            return Failure.from_exception(None, env_id, "make", exc)
+            return Failure.from_exception(env_id, "make", exc)
     return envs
 
 
@@ -62,15 +63,31 @@ SpacePair = tuple[gym.Space, gym.Space]
 ROW_BY_ROW_BYTES = 4096
 
 
+class SpaceMismatch(ValueError):
+    """Env ``env_id`` has other spaces than env ``reference_id``: all envs must share theirs."""
+
+    def __init__(self, env_id: int, kind: str, mine: gym.Space, reference_id: int, reference: gym.Space) -> None:
+        super().__init__(
+            f"env {env_id} has {kind} {mine}, but env {reference_id} has {reference}; all envs must share their spaces"
+        )
+        self.fields = (env_id, kind, mine, reference_id, reference)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return SpaceMismatch, self.fields
+
+    def shifted(self, offset: int) -> SpaceMismatch:
+        """The same mismatch for envs numbered ``offset`` higher (a group's envs, in global ids)."""
+        env_id, kind, mine, reference_id, reference = self.fields
+        return SpaceMismatch(env_id + offset, kind, mine, reference_id + offset, reference)
+
+
 def common_spaces(per_env: Sequence[SpacePair]) -> SpacePair:
-    """The spaces every env shares; a ValueError names the first env that differs from env 0."""
+    """The spaces every env shares; a :class:`SpaceMismatch` names the first env that differs from env 0."""
     first = per_env[0]
     for env_id, pair in enumerate(per_env):
         for kind, mine, reference in zip(("observation_space", "action_space"), pair, first, strict=True):
             if mine != reference:
-                raise ValueError(
-                    f"env {env_id} has {kind} {mine}, but env 0 has {reference}; all envs must share their spaces"
-                )
+                raise SpaceMismatch(env_id, kind, mine, 0, reference)
     return first
 
 
@@ -115,9 +132,17 @@ def _restarted(env: gym.Env, result: tuple) -> tuple:
 
 
 def _invoke(method: Any, argument: Any) -> Any:
-    """Call an env method as a CallMethod entry says: with no argument, one, or :class:`Arguments`."""
+    """Call an env method as a CallMethod entry says.
+
+    A dict holds the call's keyword arguments (the seed API's "argument
+    dictionaries": ``{"x": 1}`` calls ``method(x=1)``); :class:`Arguments`
+    holds any arguments (the vector views' ``call``/``env_method``);
+    NO_ARGUMENT calls with none; anything else is the one positional argument.
+    """
     if argument is NO_ARGUMENT:
         return method()
+    if isinstance(argument, dict):
+        return method(**argument)
     if isinstance(argument, Arguments):
         return method(*argument.args, **argument.kwargs) if callable(method) else method
     return method(argument)
@@ -161,15 +186,16 @@ class EnvGroup:
         return self.envs[env_id - self.first_id]
 
     def _reset(self, call: Reset) -> Reply:
-        infos = {}
+        infos, failures = {}, []
         for env_id, seed, options in zip(call.env_ids, call.seeds, call.options, strict=True):
             try:
                 obs, info = self._env(env_id).reset(seed=seed, options=options)
             except Exception as exc:
-                return Failure.from_exception(call, env_id, "reset", exc)
+                failures.append(Failure.from_exception(env_id, "reset", exc))
+                continue
             self._write_obs(env_id, obs)
             infos[env_id] = info
-        return Done(Reset, call.env_ids, infos)
+        return Done(Reset, call.env_ids, infos, tuple(failures))
 
     def _step(self, call: Step) -> Reply:
         ids = call.env_ids
@@ -179,21 +205,32 @@ class EnvGroup:
         else:
             rows, envs = list(ids), [self.envs[i - self.first_id] for i in ids]
         results = []
+        failures: list[Failure] = []
         restart = self.restart
         for env_id, env, action in zip(ids, envs, self._read_actions(rows), strict=True):
             try:
                 result = env.step(action)
             except Exception as exc:
-                return Failure.from_exception(call, env_id, "step", exc)
+                failures.append(Failure.from_exception(env_id, "step", exc))
+                continue
             if restart and (result[2] or result[3]):
                 try:
                     result = _restarted(env, result)
                 except Exception as exc:
-                    return Failure.from_exception(call, env_id, "reset", exc)
+                    failures.append(Failure.from_exception(env_id, "reset", exc))
+                    continue
             results.append(result)
-        observations, rewards, terminations, truncations, infos = zip(*results, strict=True)
-        self._store(ids, rows, observations, rewards, terminations, truncations)
-        return Done(Step, ids, {env_id: info for env_id, info in zip(ids, infos, strict=True) if info})
+        if failures:  # the rows of the envs that raised keep what they held
+            failed = {failure.env_index for failure in failures}
+            ids = tuple(env_id for env_id in ids if env_id not in failed)
+            rows = list(ids)
+        if results:
+            observations, rewards, terminations, truncations, infos = zip(*results, strict=True)
+            self._store(ids, rows, observations, rewards, terminations, truncations)
+            values = {env_id: info for env_id, info in zip(ids, infos, strict=True) if info}
+        else:
+            values = {}
+        return Done(Step, call.env_ids, values, tuple(failures))
 
     def _store(
         self,
@@ -216,48 +253,46 @@ class EnvGroup:
                 self._write_obs(env_id, obs)
 
     def _get_attr(self, call: GetAttr) -> Reply:
-        values = []
+        def get(env: gym.Env, env_id: int) -> Any:
+            return env.get_wrapper_attr(call.name) if env.has_wrapper_attr(call.name) else None
+
+        return self._each(call, call.name, get)
+
+    def _set_attr(self, call: SetAttr) -> Reply:
+        return self._each(call, call.name, lambda env, env_id: env.set_wrapper_attr(call.name, call.value))
+
+    def _call_method(self, call: CallMethod) -> Reply:
+        arguments = dict(zip(call.env_ids, call.data, strict=True))
+
+        def invoke(env: gym.Env, env_id: int) -> Any:
+            method = functools.partial(call.name, env) if callable(call.name) else env.get_wrapper_attr(call.name)
+            return _invoke(method, arguments[env_id])
+
+        return self._each(call, method_name(call), invoke)
+
+    def _each(self, call: Call, method: str, run: Callable[[gym.Env, int], Any]) -> Reply:
+        """``run(env, env_id)`` on every env of ``call``; each env's value, or its failure."""
+        values, failures = {}, []
         for env_id in call.env_ids:
             env = self._env(env_id)
             try:
-                values.append(env.get_wrapper_attr(call.name) if env.has_wrapper_attr(call.name) else None)
+                values[env_id] = run(env, env_id)
             except Exception as exc:
-                return Failure.from_exception(call, env_id, call.name, exc)
-        return Done(GetAttr, call.env_ids, values)
-
-    def _set_attr(self, call: SetAttr) -> Reply:
-        for env_id in call.env_ids:
-            try:
-                self._env(env_id).set_wrapper_attr(call.name, call.value)
-            except Exception as exc:
-                return Failure.from_exception(call, env_id, call.name, exc)
-        return Done(SetAttr, call.env_ids, [None] * len(call.env_ids))
-
-    def _call_method(self, call: CallMethod) -> Reply:
-        values = []
-        for env_id, argument in zip(call.env_ids, call.data, strict=True):
-            try:
-                env = self._env(env_id)
-                method = functools.partial(call.name, env) if callable(call.name) else env.get_wrapper_attr(call.name)
-                values.append(_invoke(method, argument))
-            except Exception as exc:
-                return Failure.from_exception(call, env_id, method_name(call), exc)
-        return Done(CallMethod, call.env_ids, values)
+                failures.append(Failure.from_exception(env_id, method, exc))
+        return Done(type(call), call.env_ids, values, tuple(failures))
 
     def _replace(self, call: ReplaceEnv) -> Reply:
-        for env_id, source in zip(call.env_ids, call.sources, strict=True):
-            old = self._env(env_id)
-            try:
-                new = _make_env(source)
-            except Exception as exc:
-                return Failure.from_exception(call, env_id, "make", exc)
+        sources = dict(zip(call.env_ids, call.sources, strict=True))
+
+        def replace(old: gym.Env, env_id: int) -> None:
+            new = _make_env(sources[env_id])
             # The buffers are shaped by the spaces: a new env must fit the old one's rows.
             for kind in ("observation_space", "action_space"):
                 mine, theirs = getattr(new, kind), getattr(old, kind)
                 if mine != theirs:
                     _close_quietly(new)
-                    error = ValueError(f"the new env has {kind} {mine}, but env {env_id} has {theirs}")
-                    return Failure.from_exception(call, env_id, "replace", error)
+                    raise ValueError(f"the new env has {kind} {mine}, but env {env_id} has {theirs}")
             _close_quietly(old)
             self.envs[env_id - self.first_id] = new
-        return Done(ReplaceEnv, call.env_ids, [None] * len(call.env_ids))
+
+        return self._each(call, "replace", replace)

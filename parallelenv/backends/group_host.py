@@ -21,6 +21,7 @@ import numpy as np
 from parallelenv.backends import wire
 from parallelenv.backends.base import Backend, BackendConfig
 from parallelenv.backends.dummy import DummyBackend
+from parallelenv.backends.env_host import SpaceMismatch
 from parallelenv.backends.subproc import SubprocBackend
 from parallelenv.batching import Batched, put, take
 from parallelenv.calls import Call, Done, Failure, Reply, Reset, Step, shifted
@@ -59,19 +60,22 @@ class GroupHost:
         self._local_options = local_options
         self._backend: Backend | None = None
 
-    def start(self) -> Failure | tuple[Any, Any, str]:
-        """Build the envs; their spaces and this host's Ray node, or the Failure of the first env that failed."""
+    def start(self) -> Failure | SpaceMismatch | tuple[Any, Any, str]:
+        """Build the envs; their spaces and this host's Ray node, or what went wrong: the Failure of the
+        first env that failed, or the envs whose spaces differ."""
         try:
             sources = [cloudpickle.loads(payload) for payload in self._payloads]
             options = dict(self._local_options)
             if "num_workers" in options:
                 options["num_workers"] = min(options["num_workers"], len(sources))
             self._backend = LOCAL_BACKENDS[self._local_mode](sources, self._config, **options)
+        except SpaceMismatch as mismatch:
+            return mismatch.shifted(self._first_id)
         except EnvError as error:
-            return Failure(type(None), (error.env_index + self._first_id,), error.env_index + self._first_id,
-                           error.method, error.exc_type, error.message, error.remote_traceback)
+            return Failure(error.env_index + self._first_id, error.method, error.exc_type, error.message,
+                           error.remote_traceback)
         except Exception as exc:  # unpicklable payload, mismatched spaces, bad options
-            return Failure.from_exception(None, self._first_id, "make", exc)
+            return Failure.from_exception(self._first_id, "make", exc)
         return self._backend.single_observation_space, self._backend.single_action_space, self.node()
 
     def node(self) -> str:
@@ -105,7 +109,7 @@ class GroupHost:
             return Lost(tuple(i + self._first_id for i in died.env_indices), died.reason), None
         reply = _merged(local, replies)
         result = None
-        if isinstance(reply, Done) and reply.call_type in (Step, Reset):
+        if reply.call_type in (Step, Reset):
             result = _rows(backend, rows, with_step=reply.call_type is Step)
         return shifted(reply, self._first_id), result
 
@@ -126,20 +130,18 @@ def _collect_all(backend: Backend, num_envs: int) -> list[Reply]:
 
 
 def _merged(call: Call, replies: list[Reply]) -> Reply:
-    """One reply for the whole call out of the local backend's per-worker replies."""
-    done: list[Done] = []
+    """One reply for the whole call out of the local backend's per-worker replies.
+
+    Every worker's reply counts, failures included: each names envs that
+    the caller waits on.
+    """
+    if len(replies) == 1:
+        return replies[0]
+    values: dict[int, Any] = {}
     for reply in replies:
-        if isinstance(reply, Failure):
-            return reply
-        done.append(reply)
-    if len(done) == 1:
-        return done[0]
-    by_env: dict[int, Any] = {}
-    for reply in done:
-        values = reply.values
-        by_env.update(values if isinstance(values, dict) else zip(reply.env_ids, values, strict=True))
-    merged = by_env if isinstance(done[0].values, dict) else [by_env[i] for i in call.env_ids]
-    return Done(done[0].call_type, call.env_ids, merged)
+        values.update(reply.values)
+    failures = tuple(failure for reply in replies for failure in reply.failures)
+    return Done(replies[0].call_type, call.env_ids, values, failures)
 
 
 def _rows(backend: Backend, rows: np.ndarray, with_step: bool) -> Rows:

@@ -21,12 +21,12 @@ import numpy as np
 from parallelenv.backends import ray_cluster, wire
 from parallelenv.backends.base import BackendConfig
 from parallelenv.backends.buffers import Buffers
-from parallelenv.backends.env_host import EnvSource, common_spaces
+from parallelenv.backends.env_host import EnvSource, SpaceMismatch, common_spaces
 from parallelenv.backends.group_host import GroupHost, Lost, Rows
 from parallelenv.backends.groups import Groups
 from parallelenv.backends.subproc import pickle_sources
 from parallelenv.batching import put, take, zeros
-from parallelenv.calls import Call, Failure, Reply, Step
+from parallelenv.calls import Call, Done, Failure, Reply, Step, method_name
 from parallelenv.errors import WorkerDiedError
 
 CLOSE_GRACE_S = 10.0
@@ -40,6 +40,14 @@ class _Actor:
     env_ids: list[int]
     node: str = ""
     death: WorkerDiedError | None = None
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A call handed to an actor and not yet answered."""
+
+    actor: _Actor
+    call: Call
 
 
 def _host_class(ray: Any) -> Any:
@@ -66,9 +74,9 @@ class RayBackend:
     ) -> None:
         payloads = pickle_sources(sources)
         self.num_envs = len(sources)
-        self._ray = ray_cluster.acquire()
+        self._ray = ray_cluster.acquire(self)
         self._actors: list[_Actor] = []
-        self._pending: dict[Any, _Actor] = {}
+        self._pending: dict[Any, _Pending] = {}
         self._closed = False
         try:
             cpus = config.num_cpus if config.num_cpus is not None else self._ray.cluster_resources().get("CPU", 1)
@@ -107,14 +115,16 @@ class RayBackend:
         if not_ready:
             stuck = [i for ref in not_ready for i in starts[ref].env_ids]
             raise WorkerDiedError(stuck, f"their actors did not start within {timeout} s (not enough cluster resources?)")
-        spaces = []
-        for ref in ready:
-            started = self._get(ref, starts[ref])
+        per_env = []
+        for ref, actor in starts.items():  # in env order: a mismatch names the env that differs
+            started = self._get(ref, actor)
             if isinstance(started, Failure):
                 started.raise_error()
-            *pair, starts[ref].node = started
-            spaces.append(tuple(pair))
-        self.single_observation_space, self.single_action_space = common_spaces(spaces)
+            if isinstance(started, SpaceMismatch):
+                raise started
+            *pair, actor.node = started
+            per_env += [tuple(pair)] * len(actor.env_ids)
+        self.single_observation_space, self.single_action_space = common_spaces(per_env)
         self.buffers = Buffers.allocate(self.single_observation_space, self.single_action_space, self.num_envs, zeros)
 
     def _get(self, ref: Any, actor: _Actor) -> Any:
@@ -135,15 +145,15 @@ class RayBackend:
         all their envs, not just the first actor's.
         """
         dead = [actor]
-        others = [ref for ref, other in self._pending.items() if other is not actor]
+        others = [ref for ref, other in self._pending.items() if other.actor is not actor]
         if others:
             ready, _ = self._ray.wait(others, num_returns=len(others), timeout=LOSS_GRACE_S)
             for ref in ready:
                 try:
                     self._ray.get(ref)
                 except self._actor_errors():
-                    if self._pending[ref] not in dead:
-                        dead.append(self._pending[ref])
+                    if self._pending[ref].actor not in dead:
+                        dead.append(self._pending[ref].actor)
         alive = {node["NodeID"] for node in self._ray.nodes() if node.get("Alive")}
         lost_nodes = sorted({a.node for a in dead if a.node and a.node not in alive})
         if lost_nodes:
@@ -161,12 +171,16 @@ class RayBackend:
         return [actor.node for actor in self._actors for _ in actor.env_ids]
 
     def dispatch(self, call: Call, awaited_together: bool = False) -> None:
+        messages = []
+        # Every message is made before any is sent (see SubprocBackend.dispatch).
         for group, actor_call in self._groups.split(call):
             actor = self._actors[group]
             if actor.death is not None:
                 raise actor.death
             actions = take(self.buffers.actions, np.array(actor_call.env_ids)) if type(call) is Step else None
-            self._pending[actor.handle.run_encoded.remote(wire.encode((actor_call, actions)))] = actor
+            messages.append((actor, actor_call, wire.encode_user_data((actor_call, actions), call)))
+        for actor, actor_call, message in messages:
+            self._pending[actor.handle.run_encoded.remote(message)] = _Pending(actor, actor_call)
 
     def collect(self, timeout: float | None, want_all: bool = False) -> list[Reply]:
         if not self._pending:
@@ -182,17 +196,33 @@ class RayBackend:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         try:
             results = ray.get(ready)  # one round trip for all of them
-        except self._actor_errors():
-            results = [self._get(ref, self._pending[ref]) for ref in ready]  # finds the dead one
+        except Exception:
+            results = [self._result(ref) for ref in ready]  # finds the dead actor or the failed task
         replies = []
-        for ref, (reply, rows) in zip(ready, map(pickle.loads, results), strict=True):
+        for ref, result in zip(ready, results, strict=True):
             del self._pending[ref]
+            if isinstance(result, Done):  # the actor's method itself raised
+                replies.append(result)
+                continue
+            reply, rows = pickle.loads(result)
             if isinstance(reply, Lost):
                 raise WorkerDiedError(reply.env_ids, reply.reason)
             if rows is not None:
                 self._store(np.array(reply.env_ids), rows)
             replies.append(reply)
         return replies
+
+    def _result(self, ref: Any) -> Any:
+        """One actor's answer; a Done with every env failing when its task raised, not its env."""
+        pending = self._pending[ref]
+        try:
+            return self._get(ref, pending.actor)
+        except self._ray.exceptions.RayTaskError as error:
+            cause = error.as_instanceof_cause() if hasattr(error, "as_instanceof_cause") else error
+            failures = tuple(
+                Failure.from_exception(i, method_name(pending.call), cause) for i in pending.call.env_ids
+            )
+            return Done(type(pending.call), pending.call.env_ids, {}, failures)
 
     def _store(self, ids: np.ndarray, rows: Rows) -> None:
         put(self.buffers.obs, ids, rows.obs)
@@ -219,6 +249,9 @@ class RayBackend:
         if self._closed:
             return
         self._closed = True
+        if not ray_cluster.connected():  # Ray shut down first: its actors went with it
+            ray_cluster.release(self)
+            return
         ray = self._ray
         live = [actor for actor in self._actors if actor.death is None]
         # A graceful close first, so that actors stop their own worker processes.
@@ -231,7 +264,7 @@ class RayBackend:
             except Exception:  # already gone with its node
                 pass
         self._pending.clear()
-        ray_cluster.release()
+        ray_cluster.release(self)
 
 
 def make_ray(sources: Sequence[EnvSource], config: BackendConfig, **options: Any) -> RayBackend:

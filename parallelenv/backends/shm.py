@@ -1,8 +1,9 @@
 """Buffers placed in one POSIX shared-memory segment per ParallelEnv.
 
 Workers write observations, rewards and flags straight into their rows and
-the parent reads them without unpickling anything. The parent creates and
-unlinks the segment; workers only attach to it by name.
+the parent reads them without unpickling anything. The parent creates the
+segment and unlinks its name as soon as every worker has attached to it by
+that name, so that nothing is left in ``/dev/shm`` however the processes end.
 """
 
 from __future__ import annotations
@@ -56,6 +57,19 @@ class SharedBuffers:
     def name(self) -> str:
         return self.segment.name
 
+    def unlink(self) -> None:
+        """Remove the segment's name; the memory lives on while a process maps it.
+
+        Called once every worker has attached: from then on no way of dying,
+        of the parent or of any worker, can leave the segment behind.
+        """
+        if self._owner:
+            try:
+                self.segment.unlink()
+            except FileNotFoundError:
+                pass
+            self._owner = False
+
     def release(self) -> None:
         """Drop our arrays over the segment, close it, and unlink it if we made it."""
         self.buffers = None
@@ -63,9 +77,4 @@ class SharedBuffers:
             self.segment.close()
         except BufferError:
             pass  # someone still holds an array over it; the mapping goes with the process
-        if self._owner:
-            try:
-                self.segment.unlink()
-            except FileNotFoundError:
-                pass
-            self._owner = False
+        self.unlink()

@@ -258,6 +258,7 @@ class SubprocBackend:
             worker.conn.send_bytes(attach)
         for worker in self._workers:
             self._await(worker, deadline, "attach to shared memory")
+        self._shared.unlink()
 
     def _await(self, worker: _Worker, deadline: float | None, doing: str) -> Ready:
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -279,13 +280,20 @@ class SubprocBackend:
             awaited_together and self._counts_steps and self._is_step_of_all(call)
             and not any(w.sent for w in self._workers)
         )
+        routed = self._route(call)
+        for worker, _ in routed:
+            if worker.death is not None:
+                raise worker.death
+        # Every message is made before any is sent: one that cannot be pickled
+        # raises here, and no worker has started a call the others never get.
+        messages = [
+            wire.STEP_GROUP_COUNTED if counted else wire.encode_call(worker_call, worker.group_ids)
+            for worker, worker_call in routed
+        ]
         if counted:
             self._countdown.arm()
             self._counting = True  # until collect has every answer: quiet ones reach it through the countdown only
-        for worker, worker_call in self._route(call):
-            if worker.death is not None:
-                raise worker.death
-            message = wire.STEP_GROUP_COUNTED if counted else wire.encode_call(worker_call, worker.group_ids)
+        for (worker, worker_call), message in zip(routed, messages, strict=True):
             try:
                 worker.conn.send_bytes(message)
             except (BrokenPipeError, ConnectionResetError, EOFError):

@@ -9,7 +9,9 @@ in the order it was asked.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
+from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
@@ -24,7 +26,7 @@ STEP_DONE_NO_INFO = b""
 
 
 def encode(message: Any) -> bytes:
-    """Plain pickle where it can; cloudpickle for lambdas and classes defined in __main__."""
+    """Plain pickle where it can (faster); cloudpickle for what plain pickle refuses."""
     try:
         return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
@@ -32,32 +34,82 @@ def encode(message: Any) -> bytes:
 
 
 def encode_call(call: Any, group_ids: tuple[int, ...]) -> bytes:
+    """A call as the worker will read it.
+
+    cloudpickle, not pickle: a function or class the user defined in the
+    script being run (``__main__``) pickles by reference, and the worker's
+    ``__main__`` is not that script; cloudpickle sends such objects by value.
+    Anything that cannot travel raises here, in the caller, before any worker
+    is sent anything.
+    """
     if type(call) is Step and call.env_ids == group_ids:
         return STEP_GROUP
-    return encode(call)
+    return encode_user_data(call, call)
+
+
+def encode_user_data(message: Any, call: Any) -> bytes:
+    """cloudpickle ``message``, which carries ``call``; a TypeError says what cannot travel."""
+    try:
+        return cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise TypeError(
+            f"{method_name(call)}: what was passed cannot be sent to where the envs run "
+            f"({type(exc).__name__}: {exc}); nothing was sent"
+        ) from exc
 
 
 def decode_call(data: bytes, group_step: Step) -> Any:
     return group_step if data == STEP_GROUP or data == STEP_GROUP_COUNTED else pickle.loads(data)
 
 
-def encode_reply(reply: Any, call: Any) -> bytes:
-    if type(reply) is Done and reply.call_type is Step and not reply.values:
+@dataclass(frozen=True)
+class Unreadable:
+    """The reply to a call the worker could not unpickle (e.g. a module it cannot import)."""
+
+    exc_type: str
+    message: str
+    traceback: str
+
+
+def unreadable(exc: BaseException) -> bytes:
+    failure = Failure.from_exception(-1, "", exc)
+    return encode(Unreadable(failure.exc_type, failure.message, failure.traceback))
+
+
+def encode_reply(reply: Done) -> bytes:
+    if reply.call_type is Step and not reply.values and not reply.failures:
         return STEP_DONE_NO_INFO
     try:
         return encode(reply)
-    except Exception as exc:  # an info, attribute or return value that cannot be pickled
-        return encode(_cannot_send(call, exc))
+    except Exception:  # an info, attribute or return value that cannot be pickled
+        return encode(_sendable(reply))
 
 
-def decode_reply(data: bytes, env_ids: tuple[int, ...]) -> Any:
+def decode_reply(data: bytes, env_ids: tuple[int, ...]) -> Done:
     """The reply to the call for ``env_ids``, the oldest this worker has not answered."""
     if data == STEP_DONE_NO_INFO:
         return Done(Step, env_ids, {})
-    return pickle.loads(data)
+    reply = pickle.loads(data)
+    if isinstance(reply, Unreadable):
+        failures = tuple(
+            Failure(i, "unpickle", reply.exc_type, f"the worker could not read the call: {reply.message}", reply.traceback)
+            for i in env_ids
+        )
+        # A step of a whole group is one byte that always reads: this call was no step.
+        return Done(type(None), env_ids, {}, failures)
+    return reply
 
 
-def _cannot_send(call: Any, exc: Exception) -> Failure:
-    failure = Failure.from_exception(call, call.env_ids[0], method_name(call), exc)
-    message = f"its result cannot be sent back from the worker process: {failure.message}"
-    return Failure(failure.call_type, failure.env_ids, failure.env_index, failure.method, failure.exc_type, message, failure.traceback)
+def _sendable(reply: Done) -> Done:
+    """``reply`` with each value that cannot be pickled turned into its env's failure."""
+    values, failures = {}, list(reply.failures)
+    for env_id, value in reply.values.items():
+        try:
+            encode(value)
+        except Exception as exc:
+            failure = Failure.from_exception(env_id, reply.call_type.__name__.lower(), exc)
+            message = f"its result cannot be sent back from the worker process: {failure.message}"
+            failures.append(dataclasses.replace(failure, message=message))
+        else:
+            values[env_id] = value
+    return Done(reply.call_type, reply.env_ids, values, tuple(failures))

@@ -25,6 +25,7 @@ from gymnasium import spaces
 from parallelenv.backends import wire
 from parallelenv.backends.countdown import WorkerCountdown
 from parallelenv.backends.env_host import EnvGroup, make_envs
+from parallelenv.backends.lifeline import tie_to_parent
 from parallelenv.backends.shm import SharedBuffers
 from parallelenv.calls import Failure, Step
 
@@ -62,6 +63,7 @@ def worker_main(
     """Entry point of a worker process; ``linger_s`` and ``countdown`` as in :func:`_serve`."""
     # Ctrl-C reaches the whole process group; the parent decides, and closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    tie_to_parent(conn)
     _schedule_as_batch_job()
     if no_warning:
         warnings.simplefilter("ignore")
@@ -112,7 +114,7 @@ def _start(conn: Connection, payloads: list[bytes], first_id: int, restart: bool
         try:
             sources.append(cloudpickle.loads(payload))
         except Exception as exc:
-            conn.send_bytes(wire.encode(Failure.from_exception(None, first_id + offset, "unpickle", exc)))
+            conn.send_bytes(wire.encode(Failure.from_exception(first_id + offset, "unpickle", exc)))
             return None
     envs = make_envs(sources, first_id)
     if isinstance(envs, Failure):
@@ -123,7 +125,7 @@ def _start(conn: Connection, payloads: list[bytes], first_id: int, restart: bool
         conn.send_bytes(wire.encode(Ready(group.spaces())))
     except Exception as exc:  # unpicklable spaces
         group.close()
-        conn.send_bytes(wire.encode(Failure.from_exception(None, first_id, "make", exc)))
+        conn.send_bytes(wire.encode(Failure.from_exception(first_id, "make", exc)))
         return None
     return group
 
@@ -148,19 +150,26 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
         if linger_s:
             linger(incoming, linger_s)
         data = recv()
-        call = wire.decode_call(data, group_step)
+        try:
+            call = wire.decode_call(data, group_step)
+        except Exception as exc:  # the caller's data needs what this process cannot import
+            send(wire.unreadable(exc))
+            continue
         if isinstance(call, Close):
             return
-        reply = wire.encode_reply(run(call), call)
+        reply = wire.encode_reply(run(call))
         if data != wire.STEP_GROUP_COUNTED:
             send(reply)
             continue
         quiet = reply == wire.STEP_DONE_NO_INFO
-        last = countdown.arrive(quiet)
+        # Wake the parent before writing: it sleeps on the countdown, not on
+        # the pipes, so a reply larger than the pipe's buffer would block here
+        # with nobody reading it. Once woken, it reads the pipes of every
+        # worker that said it answers there.
+        if countdown.arrive(quiet):
+            countdown.wake()
         if not quiet:
             send(reply)
-        if last:
-            countdown.wake()
 
 
 def linger(watched: select.poll, seconds: float) -> None:

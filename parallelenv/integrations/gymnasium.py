@@ -12,7 +12,9 @@ The autoreset mode follows the ParallelEnv's ``asynchronous`` policy:
   (reward 0, not terminated, not truncated, the reset's obs and info) and
   ignores its action. This is the mode ``NormalizeObservation`` and the other
   observation wrappers require.
-- ``None`` (one env finishing finishes all) matches no Gymnasium mode and is refused.
+- ``None`` (one env finishing finishes all, the ParallelEnv's default)
+  matches no Gymnasium mode and is refused: build the ParallelEnv with
+  ``asynchronous="restart"``, ``"idle"`` or ``"continue"``.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class GymnasiumVectorEnv(VectorEnv):
     Example:
         >>> import gymnasium as gym
         >>> from parallelenv import ParallelEnv
-        >>> envs = ParallelEnv.make("CartPole-v1", num_envs=4, para_mode="dummy").as_gymnasium()
+        >>> envs = ParallelEnv.make("CartPole-v1", num_envs=4, para_mode="dummy", asynchronous="restart").as_gymnasium()
         >>> envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
         >>> obs, info = envs.reset(seed=0)
         >>> obs, reward, terminated, truncated, info = envs.step(envs.action_space.sample())

@@ -7,7 +7,8 @@ that finishes it and puts the ended episode's last obs in
 episode was truncated rather than terminated. Under ``asynchronous="restart"``
 the env hosts do that reset; under ``"idle"`` and ``"continue"`` this view
 resets the finished envs itself after the step. ``None`` (one env finishing
-finishes all) has no SB3 equivalent and is refused. ``reset_infos`` holds
+finishes all, the ParallelEnv's default) has no SB3 equivalent and is
+refused: build the ParallelEnv with one of the other three. ``reset_infos`` holds
 each env's latest reset info (under ``"restart"``, the env host's
 ``info["reset_info"]``).
 """
@@ -37,7 +38,7 @@ class SB3VecEnv(VecEnv):
         >>> from stable_baselines3 import PPO
         >>> from parallelenv import ParallelEnv
         >>> from parallelenv.integrations.sb3 import SB3VecEnv
-        >>> venv = SB3VecEnv(ParallelEnv.make("CartPole-v1", num_envs=4, para_mode="dummy"))
+        >>> venv = SB3VecEnv(ParallelEnv.make("CartPole-v1", num_envs=4, para_mode="dummy", asynchronous="restart"))
         >>> model = PPO("MlpPolicy", venv, n_steps=32, batch_size=64, device="cpu").learn(128)
         >>> venv.close()
     """

@@ -23,7 +23,7 @@ from parallelenv.backends.base import unknown_options
 from parallelenv.batching import check_batch
 from parallelenv.calls import Failure
 from parallelenv.errors import AlreadyPendingError, ClosedError
-from parallelenv.parallel_env import DEFAULT_CALL_TIMEOUT_S, ParallelEnv, _name
+from parallelenv.parallel_env import DEFAULT_CALL_TIMEOUT_S, ParallelEnv, _name, one_caller_at_a_time
 from parallelenv.policies import resolve_policy
 from parallelenv.tensor.env import Rows, TensorEnv, torch_dtype
 from parallelenv.tensor.results import (
@@ -36,6 +36,34 @@ from parallelenv.tensor.results import (
 )
 
 _MISSING = object()
+
+
+def _keywords_batched(per_env: list[Any]) -> dict[str, list[Any]] | None:
+    """Keyword dicts, one per env, as one list per keyword; None when no entry is a dict.
+
+    The batched env is called once, so the entries must agree: all dicts
+    with the same keys, or none a dict (the CPU backends call each env with
+    its own entry, so they take any mix).
+    """
+    is_dict = [isinstance(entry, dict) for entry in per_env]
+    if not any(is_dict):
+        return None
+    if not all(is_dict):
+        position = is_dict.index(False)
+        raise TypeError(
+            f"data[{position}] is a {type(per_env[position]).__name__}, but data[{is_dict.index(True)}] a dict "
+            "of keyword arguments: the tensor backend calls its env once for the batch, so either every "
+            "entry is a dict or none is"
+        )
+    keys = per_env[0].keys()
+    for position, entry in enumerate(per_env):
+        if entry.keys() != keys:
+            raise ValueError(
+                f"data[{position}] has the keywords {sorted(map(str, entry))}, but data[0] has "
+                f"{sorted(map(str, keys))}: the tensor backend batches each keyword over the envs, so "
+                "every dict must have the same keys"
+            )
+    return {key: [entry[key] for entry in per_env] for key in keys}
 
 
 class TensorParallelEnv(ParallelEnv):
@@ -57,7 +85,7 @@ class TensorParallelEnv(ParallelEnv):
         >>> import torch
         >>> from parallelenv import ParallelEnv
         >>> from parallelenv.envs import CartPole
-        >>> with ParallelEnv(CartPole(num_envs=1024, device="cpu"), para_mode="tensor") as penv:
+        >>> with ParallelEnv(CartPole(num_envs=1024, device="cpu"), para_mode="tensor", asynchronous="restart") as penv:
         ...     obs, info = penv.reset(seed=0)
         ...     obs, reward, terminated, truncated, info = penv.step(torch.ones(1024, dtype=torch.int64))
         >>> obs.shape, sorted(info)
@@ -65,9 +93,9 @@ class TensorParallelEnv(ParallelEnv):
     """
 
     def __init__(
-        self, envs: Any, para_mode: str = "tensor", asynchronous: str | None = "restart", **options: Any
+        self, envs: Any, para_mode: str = "tensor", asynchronous: str | None = None, **options: Any
     ) -> None:
-        """Takes the arguments of :class:`ParallelEnv`; ``num_gpus`` and ``no_warning`` do not apply."""
+        """Takes the arguments and defaults of :class:`ParallelEnv`; ``num_gpus`` and ``no_warning`` do not apply."""
         self._closed = True
         self.para_mode, self.asynchronous = para_mode, asynchronous
         self._policy = resolve_policy(asynchronous)
@@ -114,6 +142,7 @@ class TensorParallelEnv(ParallelEnv):
 
     # ----------------------------------------------------------------- public calls
 
+    @one_caller_at_a_time
     def reset(self, seed: Any = None, options: Any = None, id: Any = None, align: str = "item") -> Any:
         ids = self._ids(id)
         arguments.check_align(align)
@@ -138,6 +167,7 @@ class TensorParallelEnv(ParallelEnv):
         info = rows(info, index)
         return per_env_resets(obs, info) if align == "batch" else (obs, info)
 
+    @one_caller_at_a_time
     def step(self, actions: Any, id: Any = None, align: str = "item") -> Any:
         ids = self._ids(id)
         if align != "item":
@@ -145,6 +175,7 @@ class TensorParallelEnv(ParallelEnv):
         result = self._run_step(actions, ids)
         return per_env_results(result, None) if align == "batch" else result.as_item()
 
+    @one_caller_at_a_time
     def send(self, actions: Any, id: Any = None) -> None:
         ids = self._ids(id)
         result = self._run_step(actions, ids)
@@ -152,6 +183,7 @@ class TensorParallelEnv(ParallelEnv):
         self._pending[host] = True
         self._sent.append((host, result))
 
+    @one_caller_at_a_time
     def recv(self, wait_num: int | None = None, timeout: float | None = None, align: str = "item") -> Any:
         self._check_usable()
         arguments.check_align(align)
@@ -166,6 +198,7 @@ class TensorParallelEnv(ParallelEnv):
         result.info["env_id"], result.info["_env_id"] = env_ids, np.ones(len(env_ids), dtype=bool)
         return result.as_item()
 
+    @one_caller_at_a_time
     def get_env_attr(self, name: str, id: Any = None) -> list[Any]:
         """Per-env tensors (first dimension ``num_envs``) come back as each env's row; any
         other attribute as the same value for every env; None where there is none."""
@@ -180,6 +213,7 @@ class TensorParallelEnv(ParallelEnv):
             return list((value if ids is None else value[self._index(ids)]).unbind(0))
         return [value] * count
 
+    @one_caller_at_a_time
     def set_env_attr(self, name: str, value: Any, id: Any = None) -> None:
         """A per-env tensor gets ``value`` in the rows of ``id``; any other attribute can
         only be set for every env at once."""
@@ -201,20 +235,47 @@ class TensorParallelEnv(ParallelEnv):
         except Exception as exc:
             self._raise_env_error(exc, ids, name)
 
+    @one_caller_at_a_time
     def customized_method(self, name: str | Callable[..., Any], data: Any = None, id: Any = None) -> list[Any]:
-        """Calls ``env.name(ids)``, or ``env.name(ids, data)`` with one entry of ``data``
-        per env, once for the batch; ``ids`` is an index tensor on the env's device. The
-        method returns one value per env of ``ids``. A function is called as
-        ``name(env, ids[, data])``."""
+        """Call ``env.name`` once for the batch; it returns one value per env of ``ids``.
+
+        ``ids`` is an index tensor on the env's device. ``data=None`` calls
+        ``env.name(ids)``. Keyword dicts, one per env, are batched per keyword:
+        ``data=[{"x": 1, "y": 2}, {"x": 3, "y": 4}]`` calls
+        ``env.name(ids, x=[1, 3], y=[2, 4])``, each list in the order of ``id``
+        (every dict must have the same keys). Any other entries are passed as
+        one list: ``env.name(ids, data)``. A function is called as
+        ``name(env, ids, ...)`` with the same arguments.
+
+        Example:
+            >>> import torch
+            >>> from parallelenv import ParallelEnv
+            >>> from parallelenv.envs import CartPole
+            >>> class Pushed(CartPole):
+            ...     def push(self, ids, velocity, spin):
+            ...         self.state[ids, 1] += torch.tensor(velocity, device=self.device)
+            ...         self.state[ids, 3] += torch.tensor(spin, device=self.device)
+            ...         return self.state[ids, 1].tolist()
+            >>> with ParallelEnv(Pushed(num_envs=4, device="cpu"), para_mode="tensor") as penv:
+            ...     _ = penv.reset(seed=0)
+            ...     velocities = penv.customized_method("push", [{"velocity": 1.0, "spin": 0.0},
+            ...                                                  {"velocity": -1.0, "spin": 0.5}], id=[2, 0])
+            >>> [round(v) for v in velocities]
+            [1, -1]
+        """
         ids = self._ids(id)
         function = name if callable(name) else None
         name = getattr(function, "__name__", "function") if function else _name(name)
         host = self._host_ids(ids)
         per_env = None if data is None else list(arguments.per_env(data, host, "data"))
+        keywords = None if per_env is None else _keywords_batched(per_env)
         index = torch.from_numpy(host).to(self.device)
         try:
             method = functools.partial(function, self.env) if function else getattr(self.env, name)
-            values = method(index) if per_env is None else method(index, per_env)
+            if per_env is None:
+                values = method(index)
+            else:
+                values = method(index, per_env) if keywords is None else method(index, **keywords)
             values = list(values)
         except Exception as exc:
             self._raise_env_error(exc, ids, name)
@@ -226,6 +287,7 @@ class TensorParallelEnv(ParallelEnv):
     def reuses_result_buffers(self) -> bool:  # type: ignore[override]
         return not self._copy
 
+    @one_caller_at_a_time
     def replace_envs(self, envs: Any, id: Any = None) -> None:
         """Not for a batched env: its envs are rows of one object, not objects of their own."""
         raise TypeError(
@@ -233,7 +295,7 @@ class TensorParallelEnv(ParallelEnv):
             "set their per-env attributes with set_env_attr, or build a new TensorEnv"
         )
 
-    def close(self) -> None:
+    def _close(self) -> None:
         if self._closed:
             return
         self._closed = True
@@ -380,7 +442,7 @@ class TensorParallelEnv(ParallelEnv):
         env_index = getattr(exc, "env_index", None)
         if not isinstance(env_index, int):
             env_index = 0 if ids is None else int(ids[0])
-        Failure.from_exception(None, env_index, method, exc).raise_error()
+        Failure.from_exception(env_index, method, exc).raise_error()
 
     def _per_env(self, value: Any) -> bool:
         return isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == self.num_envs
