@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import cloudpickle
 import numpy as np
 
 from parallelenv.errors import NoPendingCallError
@@ -79,18 +78,6 @@ def per_env(values: Any, ids: np.ndarray, what: str) -> tuple[Any, ...]:
     if len(values) != len(ids):
         raise ValueError(f"{what} has {len(values)} entries for {len(ids)} envs")
     return tuple(values)
-
-
-def check_picklable(sources: tuple[Any, ...], ids: np.ndarray) -> None:
-    """Name the first env (or factory) that cannot travel to another process, before any is sent."""
-    for env_id, source in zip(ids.tolist(), sources, strict=True):
-        try:
-            cloudpickle.dumps(source)
-        except Exception as exc:
-            raise TypeError(
-                f"the new env {env_id} ({source!r}) cannot be pickled to send it to its worker: "
-                f"{type(exc).__name__}: {exc}. Pass a factory that builds the env where it runs."
-            ) from exc
 
 
 def env_options(options: Any, ids: np.ndarray) -> tuple[dict[str, Any] | None, ...]:

@@ -153,7 +153,7 @@ def split_call(call: Call, positions: list[int]) -> Call:
     env_ids = tuple(call.env_ids[p] for p in positions)
     if type(call) is Step:  # the hot path of k-of-n stepping: no dataclasses.replace machinery
         return Step(env_ids)
-    per_env = _per_env_fields(type(call))
+    per_env = per_env_fields(type(call))
     if not per_env:
         return dataclasses.replace(call, env_ids=env_ids)
     changes: dict[str, Any] = {name: tuple(getattr(call, name)[p] for p in positions) for name in per_env}
@@ -163,7 +163,7 @@ def split_call(call: Call, positions: list[int]) -> Call:
 _PER_ENV_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _per_env_fields(call_type: Any) -> tuple[str, ...]:
+def per_env_fields(call_type: Any) -> tuple[str, ...]:
     if call_type not in _PER_ENV_FIELDS:
         _PER_ENV_FIELDS[call_type] = tuple(f.name for f in dataclasses.fields(call_type) if f.metadata.get("per_env"))
     return _PER_ENV_FIELDS[call_type]

@@ -89,7 +89,7 @@ class InFlight:
         self.none_result[ids] = True
         self.num_ready += len(ids)
 
-    def dispatch(self, call: Call, ids: np.ndarray, awaited_together: bool = False) -> None:
+    def dispatch(self, call: Call, ids: np.ndarray) -> None:
         rows = self.rows(ids)
         now = time.monotonic()
         self.state[rows] = PENDING
@@ -98,7 +98,7 @@ class InFlight:
             self._oldest_sent = now
         self.num_pending += len(ids)
         try:
-            self.backend.dispatch(call, awaited_together)
+            self.backend.dispatch(call)
         except WorkerDiedError as died:
             self.broken = died
             raise
@@ -109,23 +109,24 @@ class InFlight:
             self.num_pending -= len(ids)
             raise
 
-    def wait(self, satisfied: Callable[[], bool], deadline: float | None, drain: bool, want_all: bool = False) -> None:
+    def wait(
+        self, satisfied: Callable[[], bool], deadline: float | None, drain: bool, wanted: int | None = None
+    ) -> None:
         """Absorb replies until ``satisfied()``, the deadline, or no call left pending.
 
         Without ``drain`` a failure also ends the wait (recv raises it at once;
         the replies still in flight stay pending for the next recv). With it,
         the wait goes on until ``satisfied()``, so that a call that raises
         leaves none of its own replies in flight to be mistaken later for
-        the answer to another call. ``want_all`` says that ``satisfied`` needs
-        every pending reply, so the backend may wait for all at once.
+        the answer to another call. ``wanted`` is how many envs' answers
+        ``satisfied`` needs (None: every pending one), so that the backend may
+        wait for them together.
         """
-        runs_in_caller = getattr(self.backend, "runs_in_caller", False)
         while not satisfied() and (drain or not self.failures):
             if self.num_pending == 0:
                 return
             try:
-                # Replies already there need no deadline arithmetic.
-                replies = (runs_in_caller and self.backend.collect(0.0)) or self._block_for_replies(deadline, want_all)
+                replies = self._block_for_replies(deadline, wanted)
             except WorkerDiedError as died:
                 self.broken = died
                 raise
@@ -134,14 +135,14 @@ class InFlight:
             for reply in replies:
                 self._absorb(reply)
 
-    def _block_for_replies(self, deadline: float | None, want_all: bool) -> list[Reply] | None:
+    def _block_for_replies(self, deadline: float | None, wanted: int | None) -> list[Reply] | None:
         """Wait for replies up to ``deadline``; kill whatever has hung past ``call_timeout``."""
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             return None
         hang_at = self._hang_at(now)
         until = min((t for t in (deadline, hang_at) if t is not None), default=None)
-        replies = self.backend.collect(None if until is None else max(0.0, until - now), want_all)
+        replies = self.backend.collect(None if until is None else max(0.0, until - now), wanted)
         if not replies and hang_at is not None:
             now = time.monotonic()
             if now >= hang_at and self._hang_at(now) <= now:  # type: ignore[operator]
@@ -155,6 +156,19 @@ class InFlight:
         if self._oldest_sent + self.call_timeout <= now:
             self._oldest_sent = float(self._sent_at[self.state == PENDING].min())
         return self._oldest_sent + self.call_timeout
+
+    def run(self, call: Call, ids: np.ndarray) -> tuple[dict[int, Any], list[Failure]]:
+        """Run a non-step call on ``ids`` to completion: each env's answer, and the failures of those that raised."""
+        self.require_idle(ids, f"call {type(call).__name__} on")
+        self.call_values = {}
+        self.dispatch(call, ids)
+        self.wait(self.answered(ids), None, drain=True, wanted=len(ids))
+        values, self.call_values = self.call_values, {}
+        return values, self.take_failures()
+
+    def mark_reset(self, ids: np.ndarray) -> None:
+        """These envs were reset: the policy counts them as live again."""
+        self.finished[ids] = False
 
     def take_failures(self) -> list[Failure]:
         """The failures absorbed since the last call, oldest first; they are forgotten here."""

@@ -27,7 +27,7 @@ from parallelenv.batching import check_batch, put, take
 from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, Failure, GetAttr, ReplaceEnv, Reset, SetAttr, Step
 from parallelenv.errors import ClosedError, EnvError
 from parallelenv.inflight import InFlight
-from parallelenv.policies import resolve_policy
+from parallelenv.policies import Policy, resolve_policy
 from parallelenv.results import batch_results, item_results
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -122,7 +122,7 @@ class ParallelEnv:
         factory = resolve_backend(para_mode)
         arguments.check_limits(num_cpus, call_timeout)
         config = BackendConfig(
-            restart=self._policy.restarts_finished_envs,
+            policy=self._policy,
             num_cpus=num_cpus,
             num_gpus=num_gpus,
             no_warning=no_warning,
@@ -202,6 +202,16 @@ class ParallelEnv:
     def __len__(self) -> int:
         return self.num_envs
 
+    @property
+    def backend(self) -> Backend:
+        """The :class:`~parallelenv.backends.Backend` running the envs, e.g. for its ``env_pids()``."""
+        return self._backend
+
+    @property
+    def policy(self) -> Policy:
+        """The :class:`~parallelenv.policies.Policy` that ``asynchronous`` named: ask it, not the string."""
+        return self._policy
+
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self.num_envs} envs"
         return f"ParallelEnv({state}, para_mode={self.para_mode!r}, asynchronous={self.asynchronous!r})"
@@ -238,9 +248,9 @@ class ParallelEnv:
         ids = self._ids(id)
         arguments.check_align(align)
         call = Reset(tuple(ids.tolist()), arguments.env_seeds(seed, ids), arguments.env_options(options, ids))
-        infos, failures = self._call(call, ids)
+        infos, failures = self._calls.run(call, ids)
         reset = _without(ids, failures)
-        self._calls.finished[reset] = False
+        self._calls.mark_reset(reset)
         obs = take(self._backend.buffers.obs, None if reset is self._calls.all_ids else reset)
         env_ids = reset if failures else None
         if align == "batch":
@@ -263,9 +273,8 @@ class ParallelEnv:
         ids = self._ids(id)
         arguments.check_align(align)
         calls = self._calls
-        whole = ids is calls.all_ids
-        self._send(actions, ids, awaited_together=whole)
-        calls.wait(calls.answered(ids), None, drain=True, want_all=whole)
+        self._send(actions, ids)
+        calls.wait(calls.answered(ids), None, drain=True, wanted=len(ids))
         if calls.failures:
             self._raise_env_error(ids, align)
         return self._take_results(ids, align, with_env_id=False)
@@ -291,7 +300,7 @@ class ParallelEnv:
         outstanding = calls.num_pending + calls.num_ready
         wait_num = arguments.wait_count(wait_num, outstanding)
         deadline = None if timeout is None else time.monotonic() + timeout
-        calls.wait(lambda: calls.num_ready >= wait_num, deadline, drain=False, want_all=wait_num == outstanding)
+        calls.wait(lambda: calls.num_ready >= wait_num, deadline, drain=False, wanted=wait_num - calls.num_ready)
         if calls.failures:
             self._raise_env_error(calls.ready_in_send_order(), align)
         return self._take_results(calls.ready_in_send_order(), align, with_env_id=True)
@@ -361,8 +370,6 @@ class ParallelEnv:
         """
         ids = self._ids(id)
         sources = arguments.per_env(envs, ids, "envs")
-        if not getattr(self._backend, "runs_in_caller", False):
-            arguments.check_picklable(sources, ids)
         self._values(ReplaceEnv(tuple(ids.tolist()), sources), ids)
 
     def as_gymnasium(self) -> Any:
@@ -408,7 +415,7 @@ class ParallelEnv:
         self._check_usable()
         return self._calls.all_ids if id is None else arguments.env_ids(id, self.num_envs)
 
-    def _send(self, actions: Any, ids: np.ndarray, awaited_together: bool = False) -> None:
+    def _send(self, actions: Any, ids: np.ndarray) -> None:
         calls = self._calls
         calls.require_idle(ids, "send to")
         if self._to_torch is not None:
@@ -423,21 +430,11 @@ class ParallelEnv:
                 if not ids.size:
                     return
         put(self._backend.buffers.actions, calls.rows(ids), batch)
-        calls.dispatch(Step(tuple(ids.tolist())), ids, awaited_together)
-
-    def _call(self, call: Call, ids: np.ndarray) -> tuple[dict[int, Any], list[Failure]]:
-        """Run a non-step call on ``ids`` to completion: the answer of each env that did not raise, and the failures."""
-        calls = self._calls
-        calls.require_idle(ids, f"call {type(call).__name__} on")
-        calls.call_values = {}
-        calls.dispatch(call, ids)
-        calls.wait(calls.answered(ids), None, drain=True, want_all=ids is calls.all_ids)
-        values, calls.call_values = calls.call_values, {}
-        return values, calls.take_failures()
+        calls.dispatch(Step(tuple(ids.tolist())), ids)
 
     def _values(self, call: Call, ids: np.ndarray) -> list[Any]:
         """Each env's answer to ``call``, in the order of ``ids``; an EnvError if any raised."""
-        values, failures = self._call(call, ids)
+        values, failures = self._calls.run(call, ids)
         if failures:
             raise _env_error(failures, values)
         return [values[i] for i in ids.tolist()]

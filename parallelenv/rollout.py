@@ -332,7 +332,7 @@ class VecWorker:
         cut = np.zeros_like(done)
         if self.max_episode_length is not None:
             cut |= (self._lengths >= self.max_episode_length) & ~done
-        if self.penv.asynchronous is None and done.any():
+        if self.penv.policy.ends_all and done.any():
             cut |= ~done  # the policy has finished every env
         ended = done | cut
         new_obs = next_obs

@@ -1,8 +1,10 @@
 """Fixtures shared by the whole suite.
 
-``backend`` parametrises a test over every registered para_mode;
-``make_penv`` builds ParallelEnvs on it, closes them after the test and
-fails the test if a child process or shared-memory segment outlived them.
+``backend`` parametrises a test over every registered para_mode, as
+:data:`BUILDS` says to build it; ``make_penv`` builds ParallelEnvs on it,
+closes them after the test and fails the test if a child process, an actor
+or a shared-memory segment outlived them. A registered backend that
+:data:`BUILDS` does not know stops the run at collection.
 """
 
 from __future__ import annotations
@@ -11,29 +13,51 @@ import importlib.util
 import multiprocessing.forkserver
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from toy_backend import ToyBackend
 
-from parallelenv import ParallelEnv
-from parallelenv.backends import backend_names
+from parallelenv import ParallelEnv, register_backend
+from parallelenv.backends import Backend, backend_names
 from parallelenv.backends.shm import NAME_PREFIX
 
+register_backend("toy", ToyBackend)  # a backend written in the tests, from the protocol alone
+
+
+def tensor_twin(envs: Any, **options: Any) -> Any:
+    """One batched twin of the envs on the tensor backend, its results seen as NumPy (tensor_envs.py)."""
+    from tensor_envs import NumpyView, twin
+
+    return NumpyView(ParallelEnv(twin(envs), para_mode="tensor", **options))
+
+
+@dataclass(frozen=True)
+class Build:
+    """How the suite builds a ParallelEnv on one backend."""
+
+    needs: str | None = None  # the package of the backend's extra: without it, its tests skip
+    options: dict[str, Any] = field(default_factory=dict)  # ParallelEnv options (capped at one group per env)
+    make: Callable[..., Any] | None = None  # make(envs, **options) instead of ParallelEnv(envs, para_mode=...)
+
+
+BUILDS: dict[str, Build] = {
+    "dummy": Build(),
+    "toy": Build(),
+    # Small groups, so that a test has several workers (or actors) with several envs each.
+    "subproc": Build(options={"num_workers": 2}),
+    "ray": Build(needs="ray"),
+    # Two workers per actor: an actor's reply then merges several workers' replies.
+    "ray-subproc": Build(needs="ray", options={"num_actors": 2, "num_workers_per_actor": 2}),
+    "tensor": Build(needs="torch", make=tensor_twin),
+}
 HAS_RAY = importlib.util.find_spec("ray") is not None
 HAS_TORCH = importlib.util.find_spec("torch") is not None
-RAY_BACKENDS = ("ray", "ray-subproc")
-BACKENDS = [
-    name for name in backend_names()
-    if name in ("dummy", "subproc") or (HAS_RAY and name in RAY_BACKENDS) or (HAS_TORCH and name == "tensor")
-]
-# Small groups, so that a test has several workers (or actors) with several envs each.
-BACKEND_OPTIONS: dict[str, dict[str, Any]] = {
-    "subproc": {"num_workers": 2},
-    # Two workers per actor: an actor's reply then merges several workers' replies.
-    "ray-subproc": {"num_actors": 2, "num_workers_per_actor": 2},
-}
+RAY_BACKENDS = tuple(name for name, spec in BUILDS.items() if spec.needs == "ray")
+BACKENDS = backend_names()
 TESTS_DIR = Path(__file__).resolve().parent
 
 
@@ -102,6 +126,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests check mostly the front object, the same for every backend, and a
     Ray ParallelEnv takes seconds to start on two cores.
     """
+    unknown = [name for name in backend_names() if name not in BUILDS]
+    if unknown:
+        raise pytest.UsageError(
+            f"backend(s) {unknown} are registered, but tests/conftest.py's BUILDS does not say how to build them: "
+            "add an entry, so that the conformance suite runs them"
+        )
     deselected = []
     for item in items:
         if HAS_TORCH and getattr(item, "callspec", None) and item.callspec.params.get("backend") == "tensor":
@@ -138,9 +168,17 @@ def ray_session() -> Iterator[Any]:
     ray.shutdown()
 
 
+def build(name: str) -> Build:
+    """How to build backend ``name``; the test skips when the package of its extra is missing."""
+    spec = BUILDS[name]
+    if spec.needs is not None and importlib.util.find_spec(spec.needs) is None:
+        pytest.skip(f"para_mode={name!r} needs {spec.needs}, which is not installed")
+    return spec
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
-    if request.param in RAY_BACKENDS:
+    if build(request.param).needs == "ray":
         request.getfixturevalue("ray_session")
     return request.param
 
@@ -150,31 +188,36 @@ def make_penv(backend: str) -> Iterator[Callable[..., ParallelEnv]]:
     """``make_penv(envs, **kwargs)``: a ParallelEnv on this test's backend."""
     before = {p.pid for p in live_children()}
     made: list[ParallelEnv] = []
-    actor_pids: list[int] = []
+    started: list[int] = []  # what each backend started: Ray's processes are not our children
 
     def make(envs: Any, **kwargs: Any) -> ParallelEnv:
-        options = {**BACKEND_OPTIONS.get(backend, {}), **kwargs}
-        if backend == "subproc":
-            options["num_workers"] = min(options.get("num_workers", 2), len(envs))
-        if backend == "ray-subproc":
-            options["num_actors"] = min(options.get("num_actors", 2), len(envs))
-        if backend == "tensor":  # one batched twin of the envs, results seen as NumPy
-            from tensor_envs import NumpyView, twin
-
-            view = NumpyView(ParallelEnv(twin(envs), para_mode=backend, **options))
-            made.append(view.penv)
-            return view  # type: ignore[return-value]
-        penv = ParallelEnv(envs, para_mode=backend, **options)
+        spec = build(backend)
+        options = {**spec.options, **kwargs}
+        for groups in ("num_workers", "num_actors"):
+            if groups in options:
+                options[groups] = min(options[groups], len(envs))
+        penv = spec.make(envs, **options) if spec.make else ParallelEnv(envs, para_mode=backend, **options)
         made.append(penv)
-        if backend in RAY_BACKENDS:
-            actor_pids.extend(penv._backend.actor_pids())
+        started.extend(penv.backend.pids())
         return penv
 
     yield make
     for penv in made:
         penv.close()
     assert_nothing_left(before)
-    assert_gone(actor_pids)
+    assert_gone(started)
+
+
+def host_of(backend: Backend, env_id: int) -> list[int]:
+    """The processes ``backend`` started that run env ``env_id``, outermost first.
+
+    ``[worker]`` for subproc, ``[actor]`` for ray, ``[actor, worker]`` for
+    ray-subproc; ``[]`` for a backend that runs its envs in the caller.
+    """
+    started = set(backend.pids())
+    env_pid = backend.env_pids()[env_id]
+    chain = [env_pid, *(parent.pid for parent in psutil.Process(env_pid).parents())]
+    return [pid for pid in reversed(chain) if pid in started]
 
 
 @pytest.fixture

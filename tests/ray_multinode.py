@@ -16,6 +16,7 @@ import sys
 import time
 
 import ray
+from conftest import host_of
 from envs import counting
 from ray.cluster_utils import Cluster
 
@@ -36,14 +37,13 @@ def main(mode: str) -> None:
         penv = ParallelEnv([counting(i, 1000) for i in range(4)], para_mode=mode)
         penv.reset(seed=0)
         penv.step([0, 0, 0, 0])
-        nodes = penv._backend.env_nodes()
+        nodes = penv.backend.env_nodes()
         seen["nodes_used"] = len(set(nodes))
         doomed = workers[0]
         seen["expected"] = [i for i, node in enumerate(nodes) if node == doomed.node_id]
         # A machine that is lost takes its processes with it: the raylet, and
         # the actors (with their worker processes) that ran there.
-        doomed_pids = [pid for actor in penv._backend._actors if actor.node == doomed.node_id
-                       for pid in ray.get(actor.handle.pids.remote())]
+        doomed_pids = {pid for env_id in seen["expected"] for pid in host_of(penv.backend, env_id)}
         cluster.remove_node(doomed, allow_graceful=False)
         for pid in doomed_pids:
             with contextlib.suppress(ProcessLookupError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import TESTS_DIR, build
 from envs import CountingEnv, DictObsEnv, counting
 from gymnasium.vector.utils import batch_space
 
@@ -100,7 +101,7 @@ def test_env_instances_and_factories_mix(make_penv):
 
 
 def test_make_builds_registered_envs(backend):
-    options = {"num_workers": 2} if backend == "subproc" else {}
+    options = build(backend).options
     with ParallelEnv.make("CartPole-v1", num_envs=3, para_mode=backend, backend_options=options) as penv:
         obs, _ = penv.reset(seed=0)
         assert obs.shape == (3, 4)
@@ -220,7 +221,7 @@ def test_get_and_set_env_attr(make_penv):
 
 
 def test_attrs_reach_through_gymnasium_wrappers(backend):
-    options = {"num_workers": 2} if backend == "subproc" else {}
+    options = build(backend).options
     with ParallelEnv.make("CartPole-v1", num_envs=2, para_mode=backend, backend_options=options) as penv:
         penv.set_env_attr("gravity", 3.0, id=[1])
         assert penv.get_env_attr("gravity") == [9.8, 3.0]
@@ -298,3 +299,16 @@ def test_dict_env_trajectories_equal_the_dummy_backend(make_penv):
     record = dict_env_rollout(make_penv, 3, 30)
     reference = dict_env_rollout(lambda envs, **kw: ParallelEnv(envs, para_mode="dummy", **kw), 3, 30)
     assert_same_nested(record, reference)
+
+
+# ------------------------------------------------------------------ the backend README shows
+
+
+def test_the_readme_shows_the_toy_backend_as_it_is():
+    """README's "Writing a backend" shows tests/toy_backend.py, the backend this suite runs, not a copy."""
+    lines = (TESTS_DIR.parent / "README.rst").read_text().splitlines()
+    heading = lines.index("Writing a backend")
+    start = lines.index(".. code-block:: python", heading) + 2
+    end = next(i for i in range(start, len(lines)) if lines[i] and not lines[i].startswith("   "))
+    shown = "\n".join(line[3:] for line in lines[start:end]).strip()
+    assert shown == (TESTS_DIR / "toy_backend.py").read_text().strip()

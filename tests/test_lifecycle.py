@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-from conftest import our_segments
+from conftest import RAY_BACKENDS, our_segments
 from envs import CountingEnv, DelayEnv, DictObsEnv, counting
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
@@ -46,11 +46,10 @@ segments = our_segments
 
 
 def worker_processes(penv: ParallelEnv) -> list[psutil.Process]:
-    """The live worker processes of a subproc ParallelEnv (none for other backends)."""
-    workers = getattr(penv._backend, "_workers", [])
-    processes = [psutil.Process(w.process.pid) for w in workers]
+    """The live processes a ParallelEnv's backend started: workers, Ray actors (none in the caller)."""
+    processes = [psutil.Process(pid) for pid in penv.backend.pids()]
     children = psutil.Process().children(recursive=True)
-    assert all(p in children for p in processes)
+    assert penv.para_mode in RAY_BACKENDS or all(p in children for p in processes)
     return processes
 
 
@@ -160,7 +159,8 @@ def test_context_manager_closes(make_penv, backend):
         penv.reset(seed=0)
         penv.step([0, 1, 2])
         processes = worker_processes(penv)
-        assert len(processes) == (2 if backend == "subproc" else 0)
+        # subproc: 2 workers; ray: an actor per env; ray-subproc: 2 actors over 2 + 1 workers
+        assert len(processes) == {"subproc": 2, "ray": 3, "ray-subproc": 5}.get(backend, 0)
     assert "closed" in repr(penv)
     with pytest.raises(ClosedError):
         penv.reset(seed=0)
@@ -345,7 +345,7 @@ if __name__ == "__main__":
     penv = ParallelEnv([lambda i=i: DelayEnv(i, delay=0.3) for i in range(4)], para_mode="subproc", num_workers=2)
     try:
         penv.reset(seed=0)
-        print("WORKERS", *[w.process.pid for w in penv._backend._workers], flush=True)
+        print("WORKERS", *penv.backend.pids(), flush=True)
         while True:
             penv.step([0, 0, 0, 0])
             print("STEPPED", flush=True)
@@ -402,7 +402,7 @@ from parallelenv import ParallelEnv
 
 penv = ParallelEnv([counting(tag) for tag in range(4)], para_mode="subproc", num_workers=2)
 penv.reset(seed=0)
-print("WORKERS", *[w.process.pid for w in penv._backend._workers], flush=True)
+print("WORKERS", *penv.backend.pids(), flush=True)
 # The script ends without close(): the interpreter's exit must not leave the workers running.
 """
 

@@ -230,7 +230,7 @@ def test_an_unpicklable_new_env_is_named_before_anything_is_sent(no_leaks):
     locked = CountingEnv(7)
     locked.lock = threading.Lock()
     with ParallelEnv(counting_envs([5, 5]), para_mode="subproc", num_workers=1) as penv:
-        with pytest.raises(TypeError, match="the new env 1 .* cannot be pickled"):
+        with pytest.raises(TypeError, match="the sources entry .* of env 1 cannot be sent"):
             penv.replace_envs([locked], id=[1])
         penv.reset(seed=0)
         assert penv.get_env_attr("tag") == [0, 1]

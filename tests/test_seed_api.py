@@ -95,7 +95,7 @@ def test_the_tensor_backend_batches_each_keyword_over_the_envs(no_leaks):
 def test_a_parallel_env_with_no_other_argument_is_dummy_with_policy_none(no_leaks):
     with ParallelEnv([counting(0, 2), counting(1, 5)]) as penv:
         assert (penv.para_mode, penv.asynchronous) == ("dummy", None)
-        assert type(penv._backend).__name__ == "DummyBackend"
+        assert type(penv.backend).__name__ == "DummyBackend"
         penv.reset(seed=0)
         penv.step([1, 1])
         _, _, terminated, _, _ = penv.step([1, 1])

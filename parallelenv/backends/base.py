@@ -11,13 +11,14 @@ import gymnasium as gym
 
 from parallelenv.backends.buffers import Buffers
 from parallelenv.calls import Call, Reply
+from parallelenv.policies import Policy
 
 
 @dataclass(frozen=True)
 class BackendConfig:
     """The ParallelEnv arguments every backend receives."""
 
-    restart: bool  # the env host resets an env in the step that finishes it
+    policy: Policy  # what happens to envs that finish: the env host asks ``restarts_finished_envs``
     num_cpus: int | None  # None: all cores (of this machine, or of the Ray cluster)
     num_gpus: float
     no_warning: bool
@@ -29,12 +30,9 @@ class Backend(Protocol):
 
     ``dispatch`` hands a call over and returns at once; ``collect`` returns
     the replies that have arrived, waiting up to ``timeout`` seconds for at
-    least one. A call dispatched ``awaited_together`` (a ``step`` of every
-    env, not a ``send``) is only ever collected with ``want_all``, so its
-    replies may arrive in one piece. Step actions are read from
-    ``buffers.actions`` and results written into the other buffers, rows
-    indexed by env id. A backend that loses envs raises
-    :class:`~parallelenv.WorkerDiedError` from either.
+    least one. Step actions are read from ``buffers.actions`` and results
+    written into the other buffers, rows indexed by env id. A backend that
+    loses envs raises :class:`~parallelenv.WorkerDiedError` from either.
 
     Every call gets one :class:`~parallelenv.calls.Done` per host (worker,
     actor) it reached, naming the envs of the call that host ran; an env
@@ -47,18 +45,28 @@ class Backend(Protocol):
     single_observation_space: gym.Space
     single_action_space: gym.Space
     buffers: Buffers
-    #: Replies exist by the time ``dispatch`` returns (calls run in the caller).
-    runs_in_caller: bool
 
-    def dispatch(self, call: Call, awaited_together: bool = False) -> None: ...
+    def dispatch(self, call: Call) -> None: ...
 
-    def collect(self, timeout: float | None, want_all: bool = False) -> list[Reply]:
-        """Replies that have arrived; with ``want_all`` the caller needs every pending one,
-        so a backend may wait for all of them (up to ``timeout``) instead of the first."""
+    def collect(self, timeout: float | None, wanted: int | None = None) -> list[Reply]:
+        """Replies that have arrived, waiting up to ``timeout`` s for one.
+
+        ``wanted`` is how many envs' answers the caller waits for (None: every
+        pending one); a backend may wait for that many together rather than
+        hand over the first.
+        """
         ...
 
     def kill(self, env_ids: Sequence[int]) -> list[int]:
         """Kill whatever hosts ``env_ids`` (they hang); return every env id lost with them."""
+        ...
+
+    def env_pids(self) -> list[int]:
+        """Per env, the process that runs it."""
+        ...
+
+    def pids(self) -> list[int]:
+        """Every live process this backend started ([] when it runs the envs in the caller)."""
         ...
 
     def close(self) -> None: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,8 +16,6 @@ from parallelenv.calls import Call, Failure, Reply
 class DummyBackend:
     """Runs each call at once, in the caller; ``collect`` hands back the replies."""
 
-    runs_in_caller = True
-
     def __init__(self, sources: Sequence[EnvSource], config: BackendConfig, **options: Any) -> None:
         unknown_options("dummy", options)
         self._no_warning = config.no_warning
@@ -24,7 +23,7 @@ class DummyBackend:
             envs = make_envs(sources, first_id=0)
         if isinstance(envs, Failure):
             envs.raise_error()
-        self._group = EnvGroup(envs, first_id=0, restart=config.restart)
+        self._group = EnvGroup(envs, first_id=0, restart=config.policy.restarts_finished_envs)
         try:
             obs_space, action_space = common_spaces(self._group.spaces())
             self.buffers = Buffers.allocate(obs_space, action_space, len(envs), zeros)
@@ -37,19 +36,25 @@ class DummyBackend:
         self.single_action_space = action_space
         self._replies: list[Reply] = []
 
-    def dispatch(self, call: Call, awaited_together: bool = False) -> None:
+    def dispatch(self, call: Call) -> None:
         if self._no_warning:
             with silenced(True):
                 self._replies.append(self._group.run(call))
         else:
             self._replies.append(self._group.run(call))
 
-    def collect(self, timeout: float | None, want_all: bool = False) -> list[Reply]:
+    def collect(self, timeout: float | None, wanted: int | None = None) -> list[Reply]:
         replies, self._replies = self._replies, []
         return replies
 
     def kill(self, env_ids: Sequence[int]) -> list[int]:
         return []  # a call in the caller's own thread cannot be abandoned
+
+    def env_pids(self) -> list[int]:
+        return [os.getpid()] * self.num_envs
+
+    def pids(self) -> list[int]:
+        return []  # every env runs in the caller
 
     def close(self) -> None:
         self._group.close()

@@ -86,8 +86,13 @@ class GroupHost:
 
     def pids(self) -> list[int]:
         """This process and the worker processes under it."""
-        workers: list[int] = getattr(self._backend, "worker_pids", list)()
+        workers = self._backend.pids() if self._backend is not None else []
         return [os.getpid(), *workers]
+
+    def env_pids(self) -> list[int]:
+        """Per env of this host, the process that runs it: this one, or a worker process under it."""
+        assert self._backend is not None, "start() first"
+        return self._backend.env_pids()
 
     def run_encoded(self, message: bytes) -> bytes:
         """:meth:`run` over pickles: Ray passes bytes through far cheaper than it pickles objects itself."""
@@ -103,7 +108,7 @@ class GroupHost:
         if actions is not None:
             put(backend.buffers.actions, rows, actions)
         try:
-            backend.dispatch(local, awaited_together=True)
+            backend.dispatch(local)
             replies = _collect_all(backend, len(rows))
         except WorkerDiedError as died:
             return Lost(tuple(i + self._first_id for i in died.env_indices), died.reason), None
@@ -123,7 +128,7 @@ def _collect_all(backend: Backend, num_envs: int) -> list[Reply]:
     replies: list[Reply] = []
     answered = 0
     while answered < num_envs:
-        for reply in backend.collect(None, want_all=True):
+        for reply in backend.collect(None):
             replies.append(reply)
             answered += len(reply.env_ids)
     return replies

@@ -60,8 +60,6 @@ def _host_class(ray: Any) -> Any:
 class RayBackend:
     """Envs in ``len(groups)`` Ray actors, each hosting a local backend of kind ``local_mode``."""
 
-    runs_in_caller = False
-
     def __init__(
         self,
         sources: Sequence[EnvSource],
@@ -170,7 +168,7 @@ class RayBackend:
         """The Ray node id each env runs on."""
         return [actor.node for actor in self._actors for _ in actor.env_ids]
 
-    def dispatch(self, call: Call, awaited_together: bool = False) -> None:
+    def dispatch(self, call: Call) -> None:
         messages = []
         # Every message is made before any is sent (see SubprocBackend.dispatch).
         for group, actor_call in self._groups.split(call):
@@ -182,13 +180,14 @@ class RayBackend:
         for actor, actor_call, message in messages:
             self._pending[actor.handle.run_encoded.remote(message)] = _Pending(actor, actor_call)
 
-    def collect(self, timeout: float | None, want_all: bool = False) -> list[Reply]:
+    def collect(self, timeout: float | None, wanted: int | None = None) -> list[Reply]:
         if not self._pending:
             return []
         ray = self._ray
         refs = list(self._pending)
         # Each ray.wait is a round trip to the core worker: one for all replies
         # when the caller needs all of them, else the first and whatever else is in.
+        want_all = wanted is None or wanted >= sum(len(p.call.env_ids) for p in self._pending.values())
         ready, _ = ray.wait(refs, num_returns=len(refs) if want_all else 1, timeout=timeout)
         if not ready:
             return []
@@ -231,8 +230,19 @@ class RayBackend:
             self.buffers.terminated[ids] = rows.terminated
             self.buffers.truncated[ids] = rows.truncated
 
-    def actor_pids(self) -> list[int]:
-        """The processes of every live actor, with the worker processes under them."""
+    def env_pids(self) -> list[int]:
+        """Per env, its process: its actor (``ray``) or a worker process under the actor (``ray-subproc``).
+
+        Raises the :class:`WorkerDiedError` of a dead actor: its processes are gone.
+        """
+        for actor in self._actors:
+            if actor.death is not None:
+                raise actor.death
+        refs = [actor.handle.env_pids.remote() for actor in self._actors]
+        return [pid for pids in self._ray.get(refs, timeout=30) for pid in pids]
+
+    def pids(self) -> list[int]:
+        """The process of every live actor, each followed by the worker processes under it."""
         refs = [actor.handle.pids.remote() for actor in self._actors if actor.death is None]
         return [pid for pids in self._ray.get(refs, timeout=30) for pid in pids]
 

@@ -6,7 +6,8 @@ per worker, not per env. Observations, rewards and flags go through shared
 memory (see :mod:`parallelenv.backends.shm`); the pipe carries only the call
 and the envs' non-empty infos. The parent blocks in one ``poll`` on the pipes
 and the processes' sentinels, so it takes no core from the envs and learns
-at once when a worker dies; for a step of every env it sleeps instead on a
+at once when a worker dies; for a step of every env, when its caller waits
+for whole steps (as ``step()`` does), it sleeps instead on a
 :class:`~parallelenv.backends.countdown.Countdown` that only the last worker
 to answer wakes.
 """
@@ -151,8 +152,6 @@ def _exit_reason(exitcode: int | None) -> str:
 class SubprocBackend:
     """Envs in ``num_workers`` processes (default: one per CPU, at most one per env).
 
-    runs_in_caller = False
-
     Options (keyword arguments of ParallelEnv):
         num_workers: how many worker processes.
         start_method: ``"forkserver"`` (default on Linux), ``"spawn"`` or ``"fork"``.
@@ -187,6 +186,13 @@ class SubprocBackend:
         has_cores = num_workers <= available_cpus()
         self._counts_steps = num_workers > 1 and has_cores
         self._counting = False  # a counted step is in flight and its countdown not yet complete
+        self._whole_step_in_flight = False  # a step of every env, the only call in flight
+        # Whether the caller waits for a whole step at once, as step() does, or
+        # takes its envs' results as they come (send(), then recv of some):
+        # learnt from each whole step's collect, and applied to the next one.
+        # A counted step taken as it comes would hand over nothing until its
+        # last env answered; one not counted only costs the parent more wake-ups.
+        self._callers_await_whole_steps = False
         # Workers attach to the shared memory and so register it with a
         # resource tracker: it must be ours, running before they start, or
         # each forked worker starts its own, which unlinks our segment when
@@ -235,7 +241,8 @@ class SubprocBackend:
         process = ctx.Process(
             target=worker_main,
             args=(
-                child_conn, group_payloads, env_ids[0], config.restart, config.no_warning, linger_s, countdown,
+                child_conn, group_payloads, env_ids[0], config.policy.restarts_finished_envs, config.no_warning,
+                linger_s, countdown,
             ),
             name=f"parallelenv-worker-{env_ids[0]}-{env_ids[-1]}",
             daemon=True,
@@ -273,23 +280,19 @@ class SubprocBackend:
             message.raise_error()
         return message
 
-    def dispatch(self, call: Call, awaited_together: bool = False) -> None:
-        # Only a call collected whole may be counted: its quiet answers reach
+    def dispatch(self, call: Call) -> None:
+        whole_step = self._is_step_of_all(call) and not any(w.sent for w in self._workers)
+        # Only a step collected whole may be counted: its quiet answers reach
         # the parent all at once, when the last worker wakes it.
-        counted = (
-            awaited_together and self._counts_steps and self._is_step_of_all(call)
-            and not any(w.sent for w in self._workers)
-        )
+        counted = whole_step and self._counts_steps and self._callers_await_whole_steps
+        self._whole_step_in_flight = whole_step
         routed = self._route(call)
         for worker, _ in routed:
             if worker.death is not None:
                 raise worker.death
         # Every message is made before any is sent: one that cannot be pickled
         # raises here, and no worker has started a call the others never get.
-        messages = [
-            wire.STEP_GROUP_COUNTED if counted else wire.encode_call(worker_call, worker.group_ids)
-            for worker, worker_call in routed
-        ]
+        messages = [wire.encode_call(worker_call, worker.group_ids, counted) for worker, worker_call in routed]
         if counted:
             self._countdown.arm()
             self._counting = True  # until collect has every answer: quiet ones reach it through the countdown only
@@ -308,9 +311,13 @@ class SubprocBackend:
             return self._group_steps
         return [(self._workers[group], group_call) for group, group_call in self._groups.split(call)]
 
-    def collect(self, timeout: float | None, want_all: bool = False) -> list[Reply]:
+    def collect(self, timeout: float | None, wanted: int | None = None) -> list[Reply]:
         if not any(worker.sent for worker in self._workers):
             return []
+        if self._whole_step_in_flight:
+            # Whether callers wait for whole steps together (step(), not send()
+            # and a recv of some): the next whole step is counted only if they do.
+            self._callers_await_whole_steps = wanted is None or wanted >= self.num_envs
         replies = []
         if self._counting:
             if self._await_countdown(timeout):
@@ -362,8 +369,16 @@ class SubprocBackend:
             self._countdown_poll.unregister(worker.process.sentinel)
         return worker.died(reason)
 
-    def worker_pids(self) -> list[int]:
+    def env_pids(self) -> list[int]:
+        return [worker.process.pid for worker in self._workers for _ in worker.env_ids]
+
+    def pids(self) -> list[int]:
         return [worker.process.pid for worker in self._workers if worker.death is None]
+
+    @property
+    def countdown(self) -> Countdown:
+        """What counted steps sleep on (see :mod:`~parallelenv.backends.countdown`); read-only, for tests."""
+        return self._countdown
 
     def kill(self, env_ids: Sequence[int]) -> list[int]:
         lost: list[int] = []

@@ -16,13 +16,20 @@ from typing import Any
 
 import cloudpickle
 
-from parallelenv.calls import Done, Failure, Step, method_name
+from parallelenv.calls import Done, Failure, Step, method_name, per_env_fields
 
-STEP_GROUP = b"s"  # pickles start with b"\x80", so one byte cannot be mistaken for one
-# The same step, counted down on the backend's countdown (see backends.countdown):
-# the worker that answers last also wakes the parent.
-STEP_GROUP_COUNTED = b"c"
-STEP_DONE_NO_INFO = b""
+_STEP_GROUP = b"s"  # pickles start with b"\x80", so one byte cannot be mistaken for one
+_STEP_GROUP_COUNTED = b"c"
+_STEP_DONE_NO_INFO = b""
+
+
+@dataclass(frozen=True)
+class CountedStep:
+    """A step of the worker's whole group, counted down on the backend's
+    countdown (see :mod:`parallelenv.backends.countdown`): the worker that
+    answers last wakes the parent, and an answer without infos is only counted."""
+
+    step: Step
 
 
 def encode(message: Any) -> bytes:
@@ -33,7 +40,7 @@ def encode(message: Any) -> bytes:
         return cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def encode_call(call: Any, group_ids: tuple[int, ...]) -> bytes:
+def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False) -> bytes:
     """A call as the worker will read it.
 
     cloudpickle, not pickle: a function or class the user defined in the
@@ -43,23 +50,44 @@ def encode_call(call: Any, group_ids: tuple[int, ...]) -> bytes:
     is sent anything.
     """
     if type(call) is Step and call.env_ids == group_ids:
-        return STEP_GROUP
+        return _STEP_GROUP_COUNTED if counted else _STEP_GROUP
     return encode_user_data(call, call)
 
 
 def encode_user_data(message: Any, call: Any) -> bytes:
-    """cloudpickle ``message``, which carries ``call``; a TypeError says what cannot travel."""
+    """cloudpickle ``message``, which carries ``call``; a TypeError says what cannot travel, and for which env."""
     try:
         return cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         raise TypeError(
-            f"{method_name(call)}: what was passed cannot be sent to where the envs run "
+            f"{method_name(call)}: {_what_cannot_travel(call)} cannot be sent to where the envs run "
             f"({type(exc).__name__}: {exc}); nothing was sent"
         ) from exc
 
 
-def decode_call(data: bytes, group_step: Step) -> Any:
-    return group_step if data == STEP_GROUP or data == STEP_GROUP_COUNTED else pickle.loads(data)
+def _what_cannot_travel(call: Any) -> str:
+    """The first per-env entry of ``call`` that cannot be pickled, by env; else the call's arguments."""
+    for name in per_env_fields(type(call)):
+        for env_id, entry in zip(call.env_ids, getattr(call, name), strict=True):
+            try:
+                cloudpickle.dumps(entry)
+            except Exception:
+                return f"the {name} entry {entry!r} of env {env_id}"
+    return "what was passed"
+
+
+def decode_call(data: bytes, group_step: Step, counted_group_step: CountedStep) -> Any:
+    """The call, a :class:`CountedStep`, or another message (``Close``); ``group_step`` is the worker's whole group."""
+    if data == _STEP_GROUP:
+        return group_step
+    if data == _STEP_GROUP_COUNTED:
+        return counted_group_step
+    return pickle.loads(data)
+
+
+def is_quiet(encoded_reply: bytes) -> bool:
+    """Whether a step's reply says no more than its results in shared memory do."""
+    return encoded_reply == _STEP_DONE_NO_INFO
 
 
 @dataclass(frozen=True)
@@ -78,7 +106,7 @@ def unreadable(exc: BaseException) -> bytes:
 
 def encode_reply(reply: Done) -> bytes:
     if reply.call_type is Step and not reply.values and not reply.failures:
-        return STEP_DONE_NO_INFO
+        return _STEP_DONE_NO_INFO
     try:
         return encode(reply)
     except Exception:  # an info, attribute or return value that cannot be pickled
@@ -87,7 +115,7 @@ def encode_reply(reply: Done) -> bytes:
 
 def decode_reply(data: bytes, env_ids: tuple[int, ...]) -> Done:
     """The reply to the call for ``env_ids``, the oldest this worker has not answered."""
-    if data == STEP_DONE_NO_INFO:
+    if data == _STEP_DONE_NO_INFO:
         return Done(Step, env_ids, {})
     reply = pickle.loads(data)
     if isinstance(reply, Unreadable):

@@ -144,6 +144,7 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
     """Answer calls in order; a counted step is answered through ``countdown`` (see its module)."""
     recv, send, run = conn.recv_bytes, conn.send_bytes, group.run
     group_step = Step(group.all_ids)
+    counted_group_step = wire.CountedStep(group_step)
     incoming = select.poll()
     incoming.register(conn.fileno(), select.POLLIN)
     while True:
@@ -151,17 +152,17 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
             linger(incoming, linger_s)
         data = recv()
         try:
-            call = wire.decode_call(data, group_step)
+            message = wire.decode_call(data, group_step, counted_group_step)
         except Exception as exc:  # the caller's data needs what this process cannot import
             send(wire.unreadable(exc))
             continue
-        if isinstance(call, Close):
+        if isinstance(message, Close):
             return
-        reply = wire.encode_reply(run(call))
-        if data != wire.STEP_GROUP_COUNTED:
-            send(reply)
+        if message is not counted_group_step:
+            send(wire.encode_reply(run(message)))
             continue
-        quiet = reply == wire.STEP_DONE_NO_INFO
+        reply = wire.encode_reply(run(message.step))
+        quiet = wire.is_quiet(reply)
         # Wake the parent before writing: it sleeps on the countdown, not on
         # the pipes, so a reply larger than the pipe's buffer would block here
         # with nobody reading it. Once woken, it reads the pipes of every

@@ -1,6 +1,6 @@
 """A ParallelEnv seen as a ``gymnasium.vector.VectorEnv``, for code and wrappers written for Gymnasium.
 
-The autoreset mode follows the ParallelEnv's ``asynchronous`` policy:
+The autoreset mode follows the ParallelEnv's ``asynchronous`` policy (``penv.policy.autoreset_mode()``):
 
 - ``"restart"`` is Gymnasium's ``AutoresetMode.SAME_STEP``: a finished env
   is reset in the step that finishes it; ``info["final_obs"]`` and
@@ -29,23 +29,6 @@ from parallelenv.calls import Arguments
 from parallelenv.infos import ended_states, env_info, reset_info, step_info, vector_info
 from parallelenv.parallel_env import ParallelEnv
 
-AUTORESET_MODES: dict[str | None, AutoresetMode] = {
-    "restart": AutoresetMode.SAME_STEP,
-    "idle": AutoresetMode.NEXT_STEP,
-    "continue": AutoresetMode.NEXT_STEP,
-}
-
-
-def autoreset_mode(asynchronous: str | None) -> AutoresetMode:
-    """The Gymnasium autoreset mode of a policy, or a ValueError saying which policies have one."""
-    try:
-        return AUTORESET_MODES[asynchronous]
-    except KeyError:
-        raise ValueError(
-            f"asynchronous={asynchronous!r} has no Gymnasium autoreset mode: when one env finishes it finishes "
-            "them all. Use asynchronous='restart' (SAME_STEP), or 'idle' or 'continue' (NEXT_STEP)"
-        ) from None
-
 
 class GymnasiumVectorEnv(VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` over a ParallelEnv; closing it closes the ParallelEnv.
@@ -66,7 +49,7 @@ class GymnasiumVectorEnv(VectorEnv):
     """
 
     def __init__(self, penv: ParallelEnv) -> None:
-        mode = autoreset_mode(penv.asynchronous)
+        mode = penv.policy.autoreset_mode()
         self.penv = penv
         self.num_envs = len(penv)
         self.single_observation_space = penv.single_observation_space

@@ -44,13 +44,13 @@ class SB3VecEnv(VecEnv):
     """
 
     def __init__(self, penv: ParallelEnv) -> None:
-        if penv.asynchronous is None:
+        if penv.policy.ends_all:
             raise ValueError(
-                "asynchronous=None has no SB3 equivalent: when one env finishes it finishes them all. "
-                "Use asynchronous='restart' (or 'idle' or 'continue')"
+                f"asynchronous={penv.policy.name!r} has no SB3 equivalent: when one env finishes it finishes them "
+                "all. Use asynchronous='restart' (or 'idle' or 'continue')"
             )
         self.penv = penv
-        self._restarts = penv.asynchronous == "restart"
+        self._restarts = penv.policy.restarts_finished_envs  # the env hosts reset finished envs, not this view
         self._stepping = False  # step_async sent actions that step_wait has not received
         super().__init__(len(penv), penv.single_observation_space, penv.single_action_space)
 
