@@ -144,6 +144,24 @@ class Done:
         return [failure.env_index for failure in self.failures]
 
 
+def env_error(failures: list[Failure], results: Any) -> EnvError:
+    """The EnvError of the lowest env that raised, naming every other one and carrying the others' results.
+
+    Failures arrive in the order their hosts answered; sorted, the error is the same on every backend.
+    """
+    failures = sorted(failures, key=_env_index)
+    error = failures[0].error()
+    error.failed_env_ids = [failure.env_index for failure in failures]
+    error.results = results
+    if len(failures) > 1:
+        error.args = (f"{error.args[0]} (envs {error.failed_env_ids[1:]} raised too)",)
+    return error
+
+
+def _env_index(failure: Failure) -> int:
+    return failure.env_index
+
+
 # Every call gets one reply of one shape, whatever happened to its envs.
 Reply = Done
 

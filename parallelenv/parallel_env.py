@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -24,32 +24,27 @@ from parallelenv import arguments
 from parallelenv.backends import BackendConfig, resolve_backend
 from parallelenv.backends.base import Backend
 from parallelenv.batching import check_batch, put, take
-from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, Failure, GetAttr, ReplaceEnv, Reset, SetAttr, Step
-from parallelenv.errors import ClosedError, EnvError
+from parallelenv.calls import (
+    NO_ARGUMENT,
+    Call,
+    CallMethod,
+    Failure,
+    GetAttr,
+    ReplaceEnv,
+    Reset,
+    SetAttr,
+    Step,
+    env_error,
+)
+from parallelenv.errors import ClosedError
 from parallelenv.inflight import InFlight
 from parallelenv.policies import Policy, resolve_policy
 from parallelenv.results import batch_results, item_results
-
-F = TypeVar("F", bound=Callable[..., Any])
+from parallelenv.serialised import one_caller_at_a_time
 
 DEFAULT_CALL_TIMEOUT_S = 600.0
 # At exit, how long close() waits for a call another thread still has under way.
 EXIT_LOCK_WAIT_S = 1.0
-
-
-def one_caller_at_a_time(method: F) -> F:
-    """Serialise a public call: a second thread waits until the first one's call has returned.
-
-    Interleaved, two threads would take each other's replies: one could get
-    the other's rewards, or both wait for a reply the other consumed.
-    """
-
-    @functools.wraps(method)
-    def serialised(self: ParallelEnv, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            return method(self, *args, **kwargs)
-
-    return cast(F, serialised)
 
 
 class ParallelEnv:
@@ -259,7 +254,7 @@ class ParallelEnv:
             results = item_results(obs, None, reset, infos, None, env_ids=env_ids)
         results = results if self._to_torch is None else self._to_torch.results(results, align)
         if failures:
-            raise _env_error(failures, results)
+            raise env_error(failures, results)
         return results
 
     @one_caller_at_a_time
@@ -436,7 +431,7 @@ class ParallelEnv:
         """Each env's answer to ``call``, in the order of ``ids``; an EnvError if any raised."""
         values, failures = self._calls.run(call, ids)
         if failures:
-            raise _env_error(failures, values)
+            raise env_error(failures, values)
         return [values[i] for i in ids.tolist()]
 
     def _raise_env_error(self, ready: np.ndarray, align: str) -> None:
@@ -446,7 +441,7 @@ class ParallelEnv:
         self._calls.receive(ready[failed])
         answered = ready[~failed]
         results = self._take_results(answered, align, with_env_id=True) if answered.size else None
-        raise _env_error(failures, results)
+        raise env_error(failures, results)
 
     def _take_results(self, ids: np.ndarray, align: str, with_env_id: bool) -> Any:
         """Copy the results of READY ``ids`` out of the buffers; they become IDLE."""
@@ -482,16 +477,6 @@ def _without(ids: np.ndarray, failures: list[Failure]) -> np.ndarray:
     if not failures:
         return ids
     return ids[~np.isin(ids, [failure.env_index for failure in failures])]
-
-
-def _env_error(failures: list[Failure], results: Any) -> EnvError:
-    """The EnvError of the first env that raised, naming every other one and carrying the others' results."""
-    error = failures[0].error()
-    error.failed_env_ids = [failure.env_index for failure in failures]
-    error.results = results
-    if len(failures) > 1:
-        error.args = (f"{error.args[0]} (envs {error.failed_env_ids[1:]} raised too)",)
-    return error
 
 
 def _name(name: Any) -> str:

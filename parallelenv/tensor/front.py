@@ -23,8 +23,9 @@ from parallelenv.backends.base import unknown_options
 from parallelenv.batching import check_batch
 from parallelenv.calls import Failure
 from parallelenv.errors import AlreadyPendingError, ClosedError
-from parallelenv.parallel_env import DEFAULT_CALL_TIMEOUT_S, ParallelEnv, _name, one_caller_at_a_time
+from parallelenv.parallel_env import DEFAULT_CALL_TIMEOUT_S, ParallelEnv, _name
 from parallelenv.policies import resolve_policy
+from parallelenv.serialised import one_caller_at_a_time
 from parallelenv.tensor.env import Rows, TensorEnv, torch_dtype
 from parallelenv.tensor.results import (
     StepResult,
