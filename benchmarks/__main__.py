@@ -1,35 +1,38 @@
 """Benchmark parallelenv against its peers: ``python -m benchmarks [--quick]``.
 
-Plans the (workload, wrapper) pairs, measures each in a fresh Python process
-(``benchmarks._one``), then prints a markdown table and writes it, the same
-as JSON, and a PNG chart to ``--out``. Progress goes to stderr, the table to
-stdout.
+Plans the (workload, wrapper) pairs, measures each repeat of each in a fresh
+Python process (``benchmarks._one``), the repeats of a workload's wrappers
+interleaved, then prints a markdown table and writes it, the same as JSON,
+and a PNG chart to ``--out``. ``--against REV`` also measures each of
+parallelenv's wrappers with REV's parallelenv, as ``WRAPPER@REV``, and
+reports working tree / REV. Progress goes to stderr, the table to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from benchmarks import report
-from benchmarks.machine import describe, load_average, machine_line, wait_for_quiet
+from benchmarks.child import REPO_ROOT, Pair, measure_once
+from benchmarks.machine import describe, load_average, machine_line
 from benchmarks.measure import Measurement
+from benchmarks.revision import Revision, RevisionError, checkout
 from benchmarks.workloads import GROUPS, WORKLOADS
 from benchmarks.wrappers import WRAPPERS, default_wrappers
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PACKAGE_DIR.parent
+# Ours answer to their name without the prefix too: --wrappers subproc dummy.
+ALIASES = {name.removeprefix("parallelenv-"): name for name, spec in WRAPPERS.items()
+           if spec.ours and name.startswith("parallelenv-")}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -41,99 +44,100 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"subset of: {', '.join(WORKLOADS)}, or {', '.join(GROUPS)} for all "
                              "its sizes (default: all)")
     parser.add_argument("--wrappers", nargs="+", metavar="NAME",
-                        help=f"run these on every chosen workload; from: {', '.join(WRAPPERS)} "
-                             "(default: each workload's usual set)")
-    parser.add_argument("--repeats", type=int, help="timed repeats per pair (default 3; quick 1)")
+                        help=f"run these on every chosen workload; from: {', '.join(WRAPPERS)}; "
+                             "'parallelenv-' may be left out (default: each workload's usual set)")
+    parser.add_argument("--repeats", type=int,
+                        help="timed repeats per pair, each a round over the workload's wrappers "
+                             "(default 3; quick 1)")
+    parser.add_argument("--against", metavar="REV",
+                        help="also measure parallelenv's wrappers with the parallelenv of git "
+                             "revision REV (HEAD, a tag, a hash), as WRAPPER@REV")
     parser.add_argument("--steps", type=int,
                         help="batch steps per repeat for every workload (default: per workload)")
     parser.add_argument("--out", type=Path, default=PACKAGE_DIR / "results",
                         help="folder for the .md, .json and .png (default: benchmarks/results)")
     parser.add_argument("--timeout", type=float,
-                        help="seconds before one pair is killed (default 600; quick 60)")
+                        help="seconds before one measuring process (one repeat) is killed (default 600; quick 60)")
     parser.add_argument("--list", action="store_true",
                         help="list workloads and wrappers, then exit")
     args = parser.parse_args(argv)
     if args.workloads:  # a group name (tensor-cartpole) stands for every size of it
         args.workloads = [n for item in args.workloads for n in GROUPS.get(item, [item])]
     args.workloads = _names(parser, args.workloads, WORKLOADS, "workload")
-    args.wrappers = _names(parser, args.wrappers, WRAPPERS, "wrapper") if args.wrappers else None
+    args.wrappers = _names(parser, args.wrappers, WRAPPERS, "wrapper", ALIASES) if args.wrappers else None
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     if args.timeout is None:
         args.timeout = 60.0 if args.quick else 600.0
     return args
 
 
 def _names(parser: argparse.ArgumentParser, given: list[str] | None, valid: dict[str, Any],
-           what: str) -> list[str]:
-    """Accept 'a b' and 'a,b'; reject unknown names with the valid ones listed."""
+           what: str, aliases: dict[str, str] | None = None) -> list[str]:
+    """Accept 'a b' and 'a,b', once each; reject unknown names with the valid ones listed."""
     names = [n for item in given for n in item.split(",") if n] if given else list(valid)
+    names = list(dict.fromkeys((aliases or {}).get(n, n) for n in names))
     unknown = [n for n in names if n not in valid]
     if unknown:
         parser.error(f"unknown {what} {', '.join(unknown)}; valid: {', '.join(valid)}")
     return names
 
 
-def plan(args: argparse.Namespace) -> list[tuple[str, str, int]]:
-    """(workload, wrapper, steps) in the order they are measured."""
-    pairs = []
+def pairs(args: argparse.Namespace) -> list[Pair]:
+    """The table's rows: per workload each wrapper, and with --against its twin on REV right after it."""
+    rows = []
     for workload in args.workloads:
         spec = WORKLOADS[workload]
         steps = args.steps or (spec.quick_steps if args.quick else spec.steps)
         for wrapper in args.wrappers or default_wrappers(workload, args.quick):
-            pairs.append((workload, wrapper, steps))
-    return pairs
+            rows.append(Pair(workload, wrapper, steps))
+            if args.against and WRAPPERS[wrapper].ours:
+                rows.append(Pair(workload, wrapper, steps, revision=args.against))
+    return rows
 
 
-def run_pair(workload: str, wrapper: str, steps: int, args: argparse.Namespace,
-             log_dir: Path) -> dict[str, Any]:
-    """Measure one pair in a fresh interpreter; a crash or hang becomes an error row."""
-    wait_for_quiet()
-    with tempfile.TemporaryDirectory() as tmp:
-        result_path = Path(tmp) / "result.json"
-        command = [sys.executable, "-m", "benchmarks._one", "--workload", workload,
-                   "--wrapper", wrapper, "--steps", str(steps), "--repeats", str(args.repeats),
-                   "--result", str(result_path)]
-        log_path = log_dir / f"{workload}-{wrapper}.log"
-        with log_path.open("w") as log:
-            returncode = _run_in_own_group(command, log, args.timeout)
-        if result_path.exists():
-            return json.loads(result_path.read_text())
-    return _crashed(workload, wrapper, steps, returncode, log_path, args.timeout)
+def plan(args: argparse.Namespace) -> list[tuple[int, Pair]]:
+    """(round, pair) in the order measured, one fresh process each.
+
+    Each round measures every pair of a workload once (A A' B B', then A A'
+    B B' again, ...) rather than all of A's repeats back to back: the host's
+    drift over minutes then hits every wrapper of the workload alike, and the
+    ratios between them stay fair.
+    """
+    rows = pairs(args)
+    return [(round_index, pair) for workload in args.workloads for round_index in range(args.repeats)
+            for pair in rows if pair.workload == workload]
 
 
-def _run_in_own_group(command: list[str], log: Any, timeout: float) -> int | None:
-    """Run ``command``; kill its whole process group at the end. None on timeout."""
-    env = dict(os.environ)
-    # Workers that unpickle env factories (subprocesses, Ray actors) import
-    # benchmarks.workloads by path; make it importable from anywhere.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    # Its own session, so that it and anything it leaves behind can be
-    # stopped together by process group without touching anything else.
-    child = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=log,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+def measure_plan(order: list[tuple[int, Pair]], args: argparse.Namespace, log_dir: Path,
+                 revision: Revision | None) -> list[Measurement]:
+    """Run ``order``; one Measurement per pair, its repeats merged. A skip or failure is not retried."""
+    runs: dict[Pair, list[Measurement]] = {pair: [] for _, pair in order}
+    progress = tqdm(order, unit="run", file=sys.stderr, dynamic_ncols=True)
+    for round_index, pair in progress:
+        done = runs[pair]
+        if done and (done[-1].skipped or done[-1].error):
+            continue
+        progress.set_description(f"{pair.workload} {pair.label} {round_index + 1}/{args.repeats}")
+        source = revision.root if revision is not None and pair.revision else None
+        done.append(measure_once(pair, log_dir, args.timeout, round_index, parallelenv_from=source))
+    progress.close()
+    return [Measurement.merge(done) for done in runs.values()]
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """``kill`` cleans up as Ctrl-C does: the running child's group and REV's copy go."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        returncode: int | None = child.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        returncode = None
+        yield
     finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-    return returncode
-
-
-def _crashed(workload: str, wrapper: str, steps: int, returncode: int | None,
-             log_path: Path, timeout: float) -> dict[str, Any]:
-    spec = WRAPPERS[wrapper]
-    if returncode is None:
-        error = f"timed out after {timeout:g} s"
-    else:
-        tail = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
-        error = f"process exited with code {returncode}: {tail[-1][:200] if tail else 'no output'}"
-    measurement = Measurement(workload, wrapper, spec.kind, spec.ours,
-                              WORKLOADS[workload].num_envs, steps, error=error)
-    return measurement.to_dict()
+        signal.signal(signal.SIGTERM, previous)
 
 
 def list_choices() -> None:
@@ -148,6 +152,8 @@ def list_choices() -> None:
         if not wrapper.quick:
             only += " (not in --quick)"
         print(f"  {name:26} {wrapper.kind:11} {wrapper.note}{only}")
+    print(f"parallelenv's wrappers also answer to their name without 'parallelenv-' "
+          f"({', '.join(ALIASES)}); --against REV measures each of them with REV's parallelenv too.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,23 +161,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         list_choices()
         return 0
-    pairs = plan(args)
+    order = plan(args)
+    if args.against and not any(pair.revision for _, pair in order):
+        print("python -m benchmarks: error: --against compares parallelenv's wrappers, and none is chosen",
+              file=sys.stderr)
+        return 2
     machine = describe()
     print(f"{machine['date']}; {machine_line(machine)}", file=sys.stderr)
     log_dir = args.out / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     started, load_at_start = time.monotonic(), load_average()
-    measurements = []
-    progress = tqdm(pairs, unit="pair", file=sys.stderr, dynamic_ncols=True)
-    for workload, wrapper, steps in progress:
-        progress.set_description(f"{workload} {wrapper}")
-        measurements.append(run_pair(workload, wrapper, steps, args, log_dir))
-    progress.close()
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_sigterm_as_interrupt())
+            revision = stack.enter_context(checkout(args.against, REPO_ROOT)) if args.against else None
+            measurements = measure_plan(order, args, log_dir, revision)
+    except RevisionError as exc:
+        print(f"python -m benchmarks: error: --against {args.against}: {exc}", file=sys.stderr)
+        return 2
     settings = {"mode": "quick" if args.quick else "full", "repeats": args.repeats,
-                "steps": {w: s for w, _, s in pairs},
+                "steps": {pair.workload: pair.steps for _, pair in order},
+                "against": {"revision": revision.name, "commit": revision.commit} if revision else None,
                 "wall_s": round(time.monotonic() - started, 1),
                 "load_average": {"start": load_at_start, "end": load_average()}}
-    _write_outputs(args.out, "quick" if args.quick else "full", measurements,
+    _write_outputs(args.out, "quick" if args.quick else "full", [m.to_dict() for m in measurements],
                    {"machine": machine, "settings": settings})
     return 0
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import statistics
+import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -27,21 +30,48 @@ class Measurement:
     """The outcome of one pair; ``skipped``/``error`` explain missing numbers."""
 
     workload: str
-    wrapper: str
+    wrapper: str  # as the table names it: with "@REV" when measured against another revision
     kind: str
     ours: bool
     num_envs: int
     steps: int
     rates: list[float] = field(default_factory=list)  # env-steps/s per repeat
-    startup_s: float | None = None
+    # CPU time (user + sys) of the measuring process alone, not its children,
+    # per batch step, per repeat: what the caller's core pays for the wrapper.
+    parent_cpu_us_per_step: list[float] = field(default_factory=list)
+    startup_s: float | None = None  # median over the repeats once merged
     peak_rss_mib: float | None = None  # summed over the process tree
     peak_pss_mib: float | None = None
     leftover_processes: int = 0
+    revision: str | None = None  # the git revision of parallelenv; None: the working tree's
+    parallelenv_path: str | None = None  # the package the process imported, if it did
     skipped: str | None = None
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def merge(cls, parts: list[Measurement]) -> Measurement:
+        """One pair's repeats, each measured in its own process, as one measurement."""
+        startups = [part.startup_s for part in parts if part.startup_s is not None]
+        return cls(
+            **{name: getattr(parts[0], name) for name in
+               ("workload", "wrapper", "kind", "ours", "num_envs", "steps", "revision", "parallelenv_path")},
+            rates=[rate for part in parts for rate in part.rates],
+            parent_cpu_us_per_step=[cpu for part in parts for cpu in part.parent_cpu_us_per_step],
+            startup_s=statistics.median(startups) if startups else None,
+            peak_rss_mib=_largest(part.peak_rss_mib for part in parts),
+            peak_pss_mib=_largest(part.peak_pss_mib for part in parts),
+            leftover_processes=max(part.leftover_processes for part in parts),
+            skipped=next((part.skipped for part in parts if part.skipped), None),
+            error=next((part.error for part in parts if part.error), None),
+        )
+
+
+def _largest(values: Iterable[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return max(present) if present else None
 
 
 class PeakMemory:
@@ -124,7 +154,15 @@ def measure(workload: Workload, spec: WrapperSpec, steps: int, repeats: int) -> 
         result.peak_rss_mib = memory.peak_rss / 2**20
         result.peak_pss_mib = memory.peak_pss / 2**20
     result.leftover_processes = len(_leftover_children())
+    result.parallelenv_path = imported_from("parallelenv")
     return result
+
+
+def imported_from(package: str) -> str | None:
+    """The folder of ``package`` as this process imported it; None if it did not."""
+    module = sys.modules.get(package)
+    path = getattr(module, "__file__", None)
+    return str(Path(path).resolve().parent) if path else None
 
 
 def _run(workload: Workload, spec: WrapperSpec, steps: int, repeats: int,
@@ -141,13 +179,17 @@ def _run(workload: Workload, spec: WrapperSpec, steps: int, repeats: int,
         runner.run(warmup)
         for _ in range(repeats):
             with memory.paused() if memory else contextlib.nullcontext():
-                result.rates.append(_timed_rate(runner, actions))
+                rate, cpu_s = _timed(runner, actions)
+            result.rates.append(rate)
+            result.parent_cpu_us_per_step.append(cpu_s / len(actions) * 1e6)
 
 
-def _timed_rate(runner: Runner, actions: Any) -> float:
-    start = time.perf_counter()
+def _timed(runner: Runner, actions: Any) -> tuple[float, float]:
+    """Env-steps per wall second, and this process's CPU seconds (children excluded)."""
+    cpu_start, start = time.process_time(), time.perf_counter()
     env_steps = runner.run(actions)
-    return env_steps / (time.perf_counter() - start)
+    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+    return env_steps / wall_s, cpu_s
 
 
 @contextlib.contextmanager

@@ -19,18 +19,52 @@ KIND_MEANING = {
 }
 KIND_COLOURS = {IN_PROCESS: "#8da0cb", SUBPROCESS: "#66c2a5", RAY: "#fc8d62"}
 COLUMNS = ("workload", "wrapper", "kind", "N", "steps/s median (min..max)", "us/env-step",
-           "x best peer", "start-up s", "peak RSS MiB (PSS)")
+           "parent CPU us/step", "x best peer", "start-up s", "peak RSS MiB (PSS)")
+AGAINST_COLUMNS = ("workload", "wrapper", "steps/s: tree / {rev}", "per round (min..max)",
+                   "parent CPU/step: tree / {rev}")
 
 
 def summarize(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Add median/min/max, us per env-step and the ratio to the best peer."""
-    rows = [{**m, **_spread(m["rates"])} for m in measurements]
+    """Add medians, us per env-step, the ratio to the best peer and, with --against, to REV."""
+    rows = [{**m, **_spread(m["rates"]),
+             "parent_cpu_us_per_step_median": _median(m["parent_cpu_us_per_step"])} for m in measurements]
     best = _best_peer_medians(rows)
     for row in rows:
         peer = best.get((row["workload"], row["kind"]))
         row["best_peer"] = peer[0] if peer else None
         row["ratio_to_best_peer"] = row["median"] / peer[1] if peer and row["median"] else None
+    _compare_with_revision(rows)
     return rows
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _compare_with_revision(rows: list[dict[str, Any]]) -> None:
+    """``against_revision`` of each working-tree row whose wrapper was also run on REV."""
+    twins = {(row["workload"], row["wrapper"]): row for row in rows if row["revision"]}
+    revisions = {row["revision"] for row in twins.values()}
+    for row in rows:
+        row["against_revision"] = None
+        if row["revision"] is not None:
+            continue
+        for revision in revisions:
+            twin = twins.get((row["workload"], f"{row['wrapper']}@{revision}"))
+            if twin and row["median"] and twin["median"]:
+                row["against_revision"] = _ratios(row, twin)
+
+
+def _ratios(row: dict[str, Any], twin: dict[str, Any]) -> dict[str, Any]:
+    """Working tree / REV: of the medians, and of each round's pair measured side by side."""
+    cpu, twin_cpu = row["parent_cpu_us_per_step_median"], twin["parent_cpu_us_per_step_median"]
+    paired = len(row["rates"]) == len(twin["rates"])  # else a round failed on one side
+    return {
+        "revision": twin["revision"],
+        "steps_per_s_ratio": row["median"] / twin["median"],
+        "round_ratios": [a / b for a, b in zip(row["rates"], twin["rates"], strict=True)] if paired else [],
+        "parent_cpu_ratio": cpu / twin_cpu if cpu is not None and twin_cpu else None,
+    }
 
 
 def _spread(rates: list[float]) -> dict[str, float | None]:
@@ -66,13 +100,37 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "| " + " | ".join(["---"] * 3 + ["---:"] * (len(COLUMNS) - 3)) + " |",
     ]
     lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
-    return "\n".join(lines + [""] + _notes(rows)) + "\n"
+    return "\n".join(lines + [""] + _against_table(rows, meta["settings"]) + _notes(rows)) + "\n"
+
+
+def _against_table(rows: list[dict[str, Any]], settings: dict[str, Any]) -> list[str]:
+    """With --against: working tree / REV for each of our wrappers, as its own table."""
+    compared = [row for row in rows if row["against_revision"]]
+    against = settings.get("against")
+    if not compared or not against:
+        return []
+    rev = against["revision"]
+    lines = [f"Working tree / {rev} ({against['commit'][:10]}), medians; above 1 the working tree "
+             f"steps faster, or spends more of the caller's CPU per step:", "",
+             "| " + " | ".join(column.format(rev=rev) for column in AGAINST_COLUMNS) + " |",
+             "| " + " | ".join(["---"] * 2 + ["---:"] * (len(AGAINST_COLUMNS) - 2)) + " |"]
+    for row in compared:
+        ratios = row["against_revision"]
+        rounds = ratios["round_ratios"]
+        cpu = ratios["parent_cpu_ratio"]
+        lines.append("| " + " | ".join([
+            row["workload"], row["wrapper"], f"{ratios['steps_per_s_ratio']:.3f}x",
+            f"{min(rounds):.3f}..{max(rounds):.3f}" if len(rounds) > 1 else "",
+            "" if cpu is None else f"{cpu:.3f}x"]) + " |")
+    return lines + [""]
 
 
 def _run_summary(settings: dict[str, Any], cores: int) -> str:
     steps = ", ".join(f"{name} {count}" for name, count in settings["steps"].items())
     load = settings["load_average"]
-    return (f"Run: {settings['mode']}, {settings['repeats']} repeat(s), "
+    against = settings.get("against")
+    versus = f" against {against['revision']} ({against['commit'][:10]})" if against else ""
+    return (f"Run: {settings['mode']}{versus}, {settings['repeats']} repeat(s), "
             f"{settings['wall_s']:.0f} s; "
             f"batch steps per repeat: {steps}; 1-min load average {load['start']} at start, "
             f"{load['end']} at end (on {cores} cores).")
@@ -82,8 +140,8 @@ def _cells(row: dict[str, Any]) -> list[str]:
     name = f"**{row['wrapper']}**" if row["ours"] else row["wrapper"]
     if row["median"] is None:
         status = "skipped" if row["skipped"] else "failed"
-        return [row["workload"], name, row["kind"], str(row["num_envs"]),
-                f"{status} (see notes)", "", "", "", ""]
+        cells = [row["workload"], name, row["kind"], str(row["num_envs"]), f"{status} (see notes)"]
+        return cells + [""] * (len(COLUMNS) - len(cells))
     speed = f"{row['median']:,.0f}"
     if len(row["rates"]) > 1:
         speed += f" ({row['min']:,.0f}..{row['max']:,.0f})"
@@ -91,8 +149,10 @@ def _cells(row: dict[str, Any]) -> list[str]:
     memory = ""
     if row["peak_rss_mib"] is not None:
         memory = f"{row['peak_rss_mib']:,.0f} ({row['peak_pss_mib']:,.0f})"
+    cpu = row["parent_cpu_us_per_step_median"]
     return [row["workload"], name, row["kind"], str(row["num_envs"]), speed,
-            f"{row['us_per_env_step']:.1f}", ratio, f"{row['startup_s']:.2f}", memory]
+            f"{row['us_per_env_step']:.1f}", "" if cpu is None else f"{cpu:,.1f}", ratio,
+            f"{row['startup_s']:.2f}", memory]
 
 
 def _notes(rows: list[dict[str, Any]]) -> list[str]:
@@ -100,12 +160,22 @@ def _notes(rows: list[dict[str, Any]]) -> list[str]:
     notes = [
         "steps/s: env-steps of all envs per wall-clock second after a warm-up, median of the "
         "repeats (min..max); us/env-step = 1e6 / median. Every wrapper replays the same "
-        "pre-sampled actions on the same envs, each pair in a fresh Python process.",
+        "pre-sampled actions on the same envs, each repeat in a fresh Python process. The "
+        "repeats are interleaved: each round measures every wrapper of a workload once (A B C, "
+        "A B C, ...), so that the host's drift hits them alike.",
+        "parent CPU us/step: CPU time (user + sys) of the measuring process alone, the one that "
+        "owns the vector env, per batch step (all N envs), median of the repeats; its worker "
+        "processes are not counted. It is what the caller's core pays for the wrapper.",
         f"x best peer: median / the best median among the other libraries' wrappers of the same "
         f"kind on the same workload ({kinds}). Bold rows are parallelenv.",
-        "start-up s: construction + first reset; imports, and for Ray wrappers starting the "
-        "Ray instance, are excluded.",
+        "start-up s: construction + first reset, median of the repeats; imports, and for Ray "
+        "wrappers starting the Ray instance, are excluded.",
     ]
+    if any(row["revision"] for row in rows):
+        notes.append(
+            "WRAPPER@REV: the same wrapper, run by the same harness, importing the parallelenv "
+            "package of git revision REV instead of the working tree's; measured in the same "
+            "rounds, each right after the working tree's.")
     if any(row["peak_rss_mib"] is not None for row in rows):
         notes.append(
             "peak RSS MiB: RSS summed over the benchmark process and all its descendant "

@@ -1,15 +1,34 @@
-"""The benchmark harness runs end to end (a smoke run: numbers are never asserted)."""
+"""The benchmark harness: its plan, its report, and smoke runs end to end (numbers are never asserted)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # benchmarks/ is not installed: importable from the checkout only
+
+from benchmarks import report  # noqa: E402
+from benchmarks.__main__ import parse_args, plan  # noqa: E402
+from benchmarks.measure import Measurement  # noqa: E402
+from benchmarks.revision import RevisionError, checkout  # noqa: E402
+
+
+def _git_head() -> str | None:
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+HEAD = _git_head()
+needs_git = pytest.mark.skipif(HEAD is None, reason="not a git checkout: --against has no revision to take")
 
 
 @pytest.mark.slow
@@ -26,7 +45,9 @@ def test_quick_harness_run_writes_its_table_and_json(tmp_path, no_leaks):
     assert set(rows) == {"parallelenv-dummy", "parallelenv-subproc", "gymnasium-sync"}
     for row in rows.values():
         assert row.get("error") is None and row["median"] > 0, row
+        assert len(row["parent_cpu_us_per_step"]) == 1 and row["parent_cpu_us_per_step_median"] > 0, row
     assert "| cartpole8 |" in done.stdout
+    assert "parent CPU us/step" in done.stdout
 
 
 @pytest.mark.slow
@@ -42,3 +63,162 @@ def test_quick_tensor_workload_runs_every_wrapper(tmp_path, no_leaks):
     assert set(rows) == {"parallelenv-tensor", "tensorenv-direct", "gymnasium-numpy-vector"}
     for row in rows.values():
         assert row.get("error") is None and row["median"] > 0 and row["num_envs"] == 4096, row
+
+
+def _labels(order):
+    return [(round_index, pair.workload, pair.label) for round_index, pair in order]
+
+
+def test_plan_interleaves_the_repeats_of_a_workloads_wrappers():
+    args = parse_args(["--workloads", "cartpole8", "bigobs8", "--wrappers", "dummy", "gymnasium-sync",
+                       "--repeats", "2", "--steps", "10"])
+    assert _labels(plan(args)) == [
+        (0, "cartpole8", "parallelenv-dummy"), (0, "cartpole8", "gymnasium-sync"),
+        (1, "cartpole8", "parallelenv-dummy"), (1, "cartpole8", "gymnasium-sync"),
+        (0, "bigobs8", "parallelenv-dummy"), (0, "bigobs8", "gymnasium-sync"),
+        (1, "bigobs8", "parallelenv-dummy"), (1, "bigobs8", "gymnasium-sync"),
+    ]
+
+
+def test_plan_against_a_revision_measures_each_of_ours_twice_per_round():
+    args = parse_args(["--quick", "--workloads", "cartpole8", "--wrappers", "parallelenv-subproc", "dummy",
+                       "gymnasium-sync", "--against", "HEAD", "--repeats", "2"])
+    twins = ["parallelenv-subproc", "parallelenv-subproc@HEAD", "parallelenv-dummy", "parallelenv-dummy@HEAD",
+             "gymnasium-sync"]  # the peer is no parallelenv: no twin
+    assert _labels(plan(args)) == [(r, "cartpole8", label) for r in (0, 1) for label in twins]
+    assert {pair.revision for _, pair in plan(args)} == {None, "HEAD"}
+
+
+def test_repeats_measured_apart_merge_into_one_row():
+    def part(rate, cpu, startup, rss, error=None):
+        return Measurement("bigobs8", "parallelenv-subproc", "subprocess", True, 8, 10, rates=[rate],
+                           parent_cpu_us_per_step=[cpu], startup_s=startup, peak_rss_mib=rss, error=error)
+
+    merged = Measurement.merge([part(1.0, 5.0, 0.3, None), part(3.0, 7.0, 0.1, 20.0),
+                                part(2.0, 6.0, 0.2, 10.0, error="boom")])
+    assert merged.rates == [1.0, 3.0, 2.0] and merged.parent_cpu_us_per_step == [5.0, 7.0, 6.0]
+    assert merged.startup_s == 0.2 and merged.peak_rss_mib == 20.0 and merged.error == "boom"
+
+
+def _meta(against=None):
+    machine = {"date": "2026-11-23 12:00 UTC", "cpu": "CPU", "cores": 2, "memory_gib": 4.0, "os": "Linux",
+               "python": "3.11", "versions": {}}
+    settings = {"mode": "quick", "repeats": 2, "steps": {"cartpole8": 10}, "against": against, "wall_s": 1.0,
+                "load_average": {"start": 0.1, "end": 0.2}}
+    return {"machine": machine, "settings": settings}
+
+
+def test_report_shows_parent_cpu_per_step_and_the_ratio_to_the_revision(tmp_path):
+    def row(wrapper, ours, rates, cpu, revision=None):
+        return Measurement("cartpole8", wrapper, "in-process", ours, 8, 10, rates=rates,
+                           parent_cpu_us_per_step=cpu, startup_s=0.01, revision=revision).to_dict()
+
+    rows = report.summarize([
+        row("parallelenv-dummy", True, [200.0, 220.0], [40.0, 60.0]),
+        row("parallelenv-dummy@abc", True, [100.0, 100.0], [100.0, 100.0], revision="abc"),
+        row("gymnasium-sync", False, [100.0, 110.0], [80.0, 90.0]),
+    ])
+    ours = rows[0]
+    assert ours["parent_cpu_us_per_step_median"] == 50.0
+    assert ours["against_revision"] == {"revision": "abc", "steps_per_s_ratio": 2.1, "round_ratios": [2.0, 2.2],
+                                        "parent_cpu_ratio": 0.5}
+    assert rows[1]["against_revision"] is None and rows[2]["against_revision"] is None
+
+    table = report.markdown(rows, _meta({"revision": "abc", "commit": "abc1234567890"}))
+    header = next(line for line in table.splitlines() if line.startswith("| workload | wrapper | kind"))
+    cpu_column = header.split(" | ").index("parent CPU us/step")
+    cells = {line.split(" | ")[1]: line.split(" | ") for line in table.splitlines() if line.startswith("| cartpole8")}
+    assert cells["**parallelenv-dummy**"][cpu_column] == "50.0"
+    assert cells["gymnasium-sync"][cpu_column] == "85.0"
+    assert "| cartpole8 | parallelenv-dummy | 2.100x | 2.000..2.200 | 0.500x |" in table
+    assert "Working tree / abc (abc1234567)" in table
+
+    report.write_json(tmp_path / "out.json", rows, _meta())
+    written = {r["wrapper"]: r for r in json.loads((tmp_path / "out.json").read_text())["rows"]}
+    assert written["gymnasium-sync"]["parent_cpu_us_per_step_median"] == 85.0
+    assert written["parallelenv-dummy"]["against_revision"]["steps_per_s_ratio"] == 2.1
+
+
+@needs_git
+def test_checkout_of_a_revision_is_removed_after_the_block_also_on_error():
+    with checkout("HEAD", ROOT) as revision:
+        assert revision.commit == HEAD
+        assert (revision.root / "parallelenv" / "__init__.py").is_file()
+        assert not (revision.root / "benchmarks").exists()  # the harness stays the working tree's
+    assert not revision.root.exists()
+    with pytest.raises(KeyError), checkout("HEAD", ROOT) as revision:
+        raise KeyError("a run that fails")
+    assert not revision.root.exists()
+    with pytest.raises(RevisionError, match="no-such-revision"), checkout("no-such-revision", ROOT):
+        pass
+
+
+@needs_git
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_quick_run_against_head_measures_both_packages_interleaved(tmp_path, no_leaks):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--workloads", "cartpole8", "--wrappers", "dummy",
+         "gymnasium-sync", "--against", "HEAD", "--repeats", "2", "--steps", "30", "--out", str(tmp_path / "out")],
+        cwd=ROOT, capture_output=True, text=True, timeout=220, env={**os.environ, "TMPDIR": str(temp)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "out" / "quick.json").read_text())
+    assert result["settings"]["against"] == {"revision": "HEAD", "commit": HEAD}
+    rows = {row["wrapper"]: row for row in result["rows"]}
+    assert list(rows) == ["parallelenv-dummy", "parallelenv-dummy@HEAD", "gymnasium-sync"]
+    for row in rows.values():
+        assert row["error"] is None and len(row["rates"]) == 2 and len(row["parent_cpu_us_per_step"]) == 2, row
+    assert rows["parallelenv-dummy"]["parallelenv_path"] == str(ROOT / "parallelenv")
+    assert rows["parallelenv-dummy@HEAD"]["parallelenv_path"].startswith(str(temp))
+    assert rows["parallelenv-dummy"]["against_revision"]["steps_per_s_ratio"] > 0
+    assert "Working tree / HEAD" in done.stdout
+    assert not list(temp.glob("parallelenv-*"))  # REV's copy is gone
+
+
+@needs_git
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_an_interrupted_run_removes_the_revisions_copy_and_its_child(tmp_path, stop):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", "--quick", "--workloads", "cartpole8", "--wrappers", "dummy",
+         "--against", "HEAD", "--steps", "1000000", "--out", str(tmp_path / "out")],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(temp)},
+    )
+    try:
+        children = _wait_for_a_measuring_child(harness)
+        assert list(temp.glob("parallelenv-*"))  # REV's copy exists while the run goes on
+        harness.send_signal(stop)
+        harness.wait(timeout=60)
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait()
+    assert harness.returncode != 0
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, alive
+    assert not list(temp.glob("parallelenv-*"))
+
+
+def _wait_for_a_measuring_child(harness: subprocess.Popen, patience_s: float = 60.0) -> list[psutil.Process]:
+    """The harness's descendants once one of them measures (its log is being written)."""
+    deadline = time.monotonic() + patience_s
+    while time.monotonic() < deadline:
+        children = psutil.Process(harness.pid).children(recursive=True)
+        if any("benchmarks._one" in " ".join(_cmdline(child)) for child in children):
+            return children
+        assert harness.poll() is None, "the harness ended before it measured anything"
+        time.sleep(0.2)
+    raise AssertionError(f"no measuring process within {patience_s} s")
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
