@@ -9,6 +9,7 @@ Example:
 """
 
 from parallelenv.backends import register_backend
+from parallelenv.backends.ray_cluster import shutdown_ray
 from parallelenv.errors import (
     AlreadyPendingError,
     ClosedError,
@@ -32,6 +33,7 @@ __all__ = [
     "WorkerDiedError",
     "WorkerTimeoutError",
     "register_backend",
+    "shutdown_ray",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place; setup.cfg reads it from this line without importing the package

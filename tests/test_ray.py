@@ -1,4 +1,4 @@
-"""What only the Ray backends have: actors that die, nodes that leave, clusters we did not start."""
+"""What only the Ray backends have: actors that die, nodes that leave (the cluster itself: test_ray_cluster.py)."""
 
 from __future__ import annotations
 
@@ -53,22 +53,6 @@ def test_a_dead_worker_process_inside_an_actor_names_only_its_envs(ray_session):
     assert "SIGKILL" in caught.value.reason
     penv.close()
     assert_gone(pids)
-
-
-@pytest.mark.timeout(120)
-def test_a_cluster_we_did_not_start_is_left_running(ray_session):
-    with ParallelEnv([counting(i) for i in range(2)], para_mode="ray") as penv:
-        penv.reset(seed=0)
-    assert ray_session.is_initialized()
-    assert ray_session.get(ray_session.put(7)) == 7
-
-
-def test_missing_ray_says_what_to_install(monkeypatch):
-    import parallelenv.backends.ray_cluster as ray_cluster
-
-    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets without the package
-    with pytest.raises(ImportError, match=r"parallelenv\[ray\]"):
-        ray_cluster.import_ray()
 
 
 @pytest.mark.slow

@@ -1,9 +1,13 @@
 """Which Ray cluster the Ray backends use, and who may shut it down.
 
-A cluster that is already connected (``ray.is_initialized()``) or named by
-``RAY_ADDRESS`` is used as it is and never shut down by us. Otherwise the
-first Ray backend starts a local one (no dashboard) and the last one to
-close shuts it down again.
+One cluster per process. A cluster that is already connected
+(``ray.is_initialized()``) or named by ``RAY_ADDRESS`` is used as it is and
+never shut down by us. Otherwise the first Ray backend starts a local one
+(quiet, no dashboard) and every later one reuses it: it stays up when the
+last backend closes, since a start costs seconds and a training script often
+builds one ParallelEnv after another. A cluster we started shuts down at
+interpreter exit, or earlier through :func:`shutdown_ray`, never while a
+backend uses it.
 
 At interpreter exit (the end of a script, Ctrl-C) the backends still open
 are closed before Ray shuts down: Ray's own exit hook would otherwise run
@@ -14,14 +18,31 @@ just to talk to actors that are already gone.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import sys
+import threading
 import weakref
 from types import ModuleType
 from typing import Any
 
-_state = {"started_by_us": False, "exit_hook": False}
+from parallelenv.errors import ParallelEnvError
+
+EXIT_LOCK_WAIT_S = 1.0
+# Set (unless the caller set them) before we start a local cluster. Ray
+# reads them at each start. Not RAY_AUTH_MODE, whose notice is the one left:
+# Ray reads it once, at import, so that setting it later breaks the start.
+QUIET_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",  # ray.init's own default, said first: no usage-stats prompt (nightly wheels)
+}
+
+# The node id of the head of the local cluster we started, while it may still
+# be running: a cluster started after it (by anyone) has another.
+_state: dict[str, Any] = {"started_node": None, "exit_hook": False}
 _users: weakref.WeakSet[Any] = weakref.WeakSet()
+# acquire() and shutdown_ray() in different threads: one start, and no
+# shutdown between a start and the backend that asked for it.
+_lock = threading.Lock()
 
 
 def import_ray() -> ModuleType:
@@ -37,24 +58,35 @@ def import_ray() -> ModuleType:
 def acquire(user: Any) -> ModuleType:
     """Connect to the cluster to use, starting a local one if there is none; returns the ray module.
 
-    ``user`` is a backend with a ``close()``, which the cluster outlives.
+    ``user`` is a backend with a ``close()``; the cluster is not shut down
+    while it is open.
     """
     ray = import_ray()
-    if not ray.is_initialized():
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-        else:
-            # Workers get the driver's import path, so that env classes from the
-            # caller's own modules (scripts, tests) unpickle there.
-            runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
-            ray.init(include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
-            _state["started_by_us"] = True
-    if not _state["exit_hook"]:
-        # Registered after ray.init registered Ray's: exit hooks run last-in, first-out.
-        atexit.register(_close_users)
-        _state["exit_hook"] = True
-    _users.add(user)
+    with _lock:
+        if not ray.is_initialized():
+            _connect(ray)
+        if not _state["exit_hook"]:
+            # `import ray` registered Ray's shutdown hook before this; exit hooks run last-in, first-out.
+            atexit.register(_at_exit)
+            _state["exit_hook"] = True
+        _users.add(user)
     return ray
+
+
+def _connect(ray: ModuleType) -> None:
+    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}  # Ray's warnings and errors still show
+    _state["started_node"] = None
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, **quiet)
+        return
+    for name, value in QUIET_ENV.items():
+        os.environ.setdefault(name, value)
+    # Workers get the driver's import path, so that env classes from the
+    # caller's own modules (scripts, tests) unpickle there.
+    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
+    ray.init(include_dashboard=False, runtime_env=runtime_env, **quiet)
+    _state["started_node"] = ray.get_runtime_context().get_node_id()
 
 
 def connected() -> bool:
@@ -64,18 +96,71 @@ def connected() -> bool:
 
 
 def release(user: Any) -> None:
-    """One Ray backend fewer; the last shuts down a cluster we started."""
-    _users.discard(user)
-    if not _users and _state["started_by_us"]:
-        import ray
-
-        ray.shutdown()
-        _state["started_by_us"] = False
+    """One Ray backend fewer. The cluster stays up for the next one (see :func:`shutdown_ray`)."""
+    _users.discard(user)  # no lock: a close at exit must not wait for a thread stuck in a start
 
 
-def _close_users() -> None:
+def shutdown_ray() -> bool:
+    """Shut down the local Ray cluster that parallelenv started, now rather than at interpreter exit.
+
+    The first Ray ParallelEnv of a process starts a local cluster when Ray
+    is not initialized; later ones reuse it, and it shuts down by itself at
+    interpreter exit. Call this to free its processes and memory earlier. A
+    cluster that you started (``ray.init`` before the first ParallelEnv, or
+    ``RAY_ADDRESS``) is yours: it is left running, and this returns False.
+
+    It refuses, rather than waits, while a Ray ParallelEnv is open: only
+    closing it would end the wait.
+
+    Returns:
+        True if a cluster was shut down; False if parallelenv had none running.
+
+    Raises:
+        ParallelEnvError: a Ray ParallelEnv still uses the cluster; ``close()`` it first.
+
+    Example:
+        >>> import parallelenv
+        >>> parallelenv.shutdown_ray()  # no Ray ParallelEnv has started a cluster here
+        False
+    """
+    with _lock:
+        open_users = len(_users)
+        if open_users and _ours():
+            raise ParallelEnvError(
+                f"{open_users} Ray ParallelEnv(s) still use the Ray cluster parallelenv started: close() them first"
+            )
+        return _shutdown_ours()
+
+
+def _ours() -> bool:
+    """Whether Ray is connected to the local cluster we started (not to one started after it)."""
+    ray = sys.modules.get("ray")
+    if _state["started_node"] is None or ray is None:
+        return False
+    if ray.is_initialized() and ray.get_runtime_context().get_node_id() == _state["started_node"]:
+        return True
+    _state["started_node"] = None  # shut down by someone else
+    return False
+
+
+def _shutdown_ours() -> bool:
+    """Shut down the cluster we started, if Ray is still connected to it; under ``_lock``."""
+    if not _ours():
+        return False
+    sys.modules["ray"].shutdown()
+    _state["started_node"] = None
+    return True
+
+
+def _at_exit() -> None:
     for user in list(_users):
         try:
             user.close()
         except Exception:  # exiting: close what can be closed
             pass
+    # A thread stuck in a start holds the lock: Ray's own exit hook then shuts down.
+    if _lock.acquire(timeout=EXIT_LOCK_WAIT_S):
+        try:
+            _shutdown_ours()
+        finally:
+            _lock.release()
