@@ -43,7 +43,7 @@ def env_ids(id: Any, num_envs: int) -> np.ndarray:
     return np.array(items, dtype=np.int64)
 
 
-def env_seeds(seed: Any, ids: np.ndarray) -> tuple[int | None, ...]:
+def env_seeds(seed: Any, ids: np.ndarray) -> Sequence[int | None]:
     """One seed per env of ``ids``.
 
     An int seed gives env ``i`` the child ``i`` of ``SeedSequence(seed)``:
@@ -54,11 +54,38 @@ def env_seeds(seed: Any, ids: np.ndarray) -> tuple[int | None, ...]:
     if checked is None:
         return (None,) * len(ids)
     if isinstance(checked, int):
-        return tuple(
-            int(np.random.SeedSequence(checked, spawn_key=(int(i),)).generate_state(1, np.uint64)[0])
-            for i in ids
-        )
+        return DerivedSeeds(checked, ids)
     return checked
+
+
+class DerivedSeeds(Sequence):
+    """The seeds of ``env_seeds(base, ids)``, each derived when read.
+
+    A batched env seeds all its envs from ``base`` at once (its own way, per
+    env id), so it need not derive tens of thousands of seeds it never reads.
+    """
+
+    def __init__(self, base: int, ids: np.ndarray) -> None:
+        self.base = base
+        self._ids = ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, position: Any) -> Any:
+        if isinstance(position, slice):
+            return tuple(self)[position]
+        env_id = int(self._ids[position])
+        return int(np.random.SeedSequence(self.base, spawn_key=(env_id,)).generate_state(1, np.uint64)[0])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"DerivedSeeds(base={self.base}, ids={self._ids.tolist()})"
 
 
 def seed_argument(seed: Any, ids: np.ndarray) -> int | tuple[int | None, ...] | None:

@@ -132,11 +132,11 @@ def rows_reader(batched: Batched) -> Callable[[Any], list[Any]]:
 
 def take(batched: Batched, rows: np.ndarray | None) -> Batched:
     """Copy the given rows (all rows when None) into fresh arrays."""
-    if isinstance(batched, np.ndarray):
-        return batched.copy() if rows is None else batched[rows]
     if isinstance(batched, dict):
         return {key: take(sub, rows) for key, sub in batched.items()}
-    return tuple(take(sub, rows) for sub in batched)
+    if isinstance(batched, tuple):
+        return tuple(take(sub, rows) for sub in batched)
+    return batched.copy() if rows is None else batched[rows]
 
 
 def put(batched: Batched, rows: np.ndarray | slice, values: Batched) -> None:
@@ -162,12 +162,12 @@ def zero_positions(batched: Batched, positions: np.ndarray) -> None:
 
 def unbatch(batched: Batched, position: int) -> Any:
     """One env's value out of taken arrays, as its own copy."""
-    if isinstance(batched, np.ndarray):
-        value = batched[position]
-        return value.copy() if isinstance(value, np.ndarray) else value
     if isinstance(batched, dict):
         return {key: unbatch(sub, position) for key, sub in batched.items()}
-    return tuple(unbatch(sub, position) for sub in batched)
+    if isinstance(batched, tuple):
+        return tuple(unbatch(sub, position) for sub in batched)
+    value = batched[position]
+    return value.copy() if isinstance(value, np.ndarray) else value
 
 
 @singledispatch

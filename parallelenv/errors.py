@@ -1,9 +1,19 @@
-"""The exceptions parallelenv raises, all under :class:`ParallelEnvError`."""
+"""The exceptions parallelenv raises, all under :class:`ParallelEnvError`.
+
+Where Gymnasium's vector envs raise an error of their own for the same
+misuse, ours is also an instance of Gymnasium's (``ClosedError`` is a
+``gymnasium.error.ClosedEnvironmentError``), and an :class:`EnvError` for a
+built-in exception is also an instance of that exception's type, as
+Gymnasium re-raises an env's exception as its own type: ``except`` clauses
+written for Gymnasium's vector envs catch ours.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 
 class ParallelEnvError(Exception):
@@ -28,6 +38,12 @@ class RemoteTraceback(Exception):
 class EnvError(ParallelEnvError):
     """An env raised an exception while running one of its methods.
 
+    When the env raised one of the built-in types of :data:`BUILT_IN_KINDS`
+    (``ValueError``, ``KeyError``, ...), the error is an instance of a
+    subclass that is also of that type (:class:`EnvValueError`, ...), so that
+    ``except ValueError`` written around a Gymnasium or SB3 vector env, which
+    re-raise the env's own exception, still catches it.
+
     Attributes:
         env_index: index of the env in the ParallelEnv.
         method: the env method that raised (``"step"``, ``"reset"``, ...).
@@ -40,7 +56,19 @@ class EnvError(ParallelEnvError):
             in the call's ``align`` shape, with ``info["env_id"]`` naming the
             envs (None when no other env answered); for the other calls a
             dict from env index to value.
+
+    Example:
+        >>> from parallelenv.errors import EnvError
+        >>> error = EnvError.of(3, "step", "ValueError", "bad action", "Traceback ...")
+        >>> isinstance(error, ValueError), type(error).__name__
+        (True, 'EnvValueError')
     """
+
+    @staticmethod
+    def of(env_index: int, method: str, exc_type: str, message: str, remote_traceback: str) -> EnvError:
+        """The EnvError for an env that raised ``exc_type``: of its subclass that is also that type, if any."""
+        kind = BUILT_IN_KINDS.get(exc_type, EnvError)
+        return kind(env_index, method, exc_type, message, remote_traceback)
 
     def __init__(
         self, env_index: int, method: str, exc_type: str, message: str, remote_traceback: str
@@ -53,6 +81,64 @@ class EnvError(ParallelEnvError):
         self.remote_traceback = remote_traceback
         self.failed_env_ids = [env_index]
         self.results: Any = None
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)  # not KeyError's, which would quote the message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = (self.env_index, self.method, self.exc_type, self.message, self.remote_traceback)
+        return _rebuilt_env_error, (fields, self.__dict__)
+
+
+class EnvValueError(EnvError, ValueError):
+    """An env raised ValueError."""
+
+
+class EnvTypeError(EnvError, TypeError):
+    """An env raised TypeError."""
+
+
+class EnvKeyError(EnvError, KeyError):
+    """An env raised KeyError."""
+
+
+class EnvIndexError(EnvError, IndexError):
+    """An env raised IndexError."""
+
+
+class EnvRuntimeError(EnvError, RuntimeError):
+    """An env raised RuntimeError."""
+
+
+class EnvAssertionError(EnvError, AssertionError):
+    """An env raised AssertionError."""
+
+
+class EnvNotImplementedError(EnvError, NotImplementedError):
+    """An env raised NotImplementedError."""
+
+
+class EnvZeroDivisionError(EnvError, ZeroDivisionError):
+    """An env raised ZeroDivisionError."""
+
+
+#: The EnvError subclass for each built-in exception an env raised, by ``exc_type``.
+BUILT_IN_KINDS: dict[str, type[EnvError]] = {
+    "ValueError": EnvValueError,
+    "TypeError": EnvTypeError,
+    "KeyError": EnvKeyError,
+    "IndexError": EnvIndexError,
+    "RuntimeError": EnvRuntimeError,
+    "AssertionError": EnvAssertionError,
+    "NotImplementedError": EnvNotImplementedError,
+    "ZeroDivisionError": EnvZeroDivisionError,
+}
+
+
+def _rebuilt_env_error(fields: tuple[Any, ...], state: dict[str, Any]) -> EnvError:
+    error = EnvError.of(*fields)
+    error.__dict__.update(state)
+    return error
 
 
 class WorkerDiedError(ParallelEnvError):
@@ -76,16 +162,25 @@ class WorkerTimeoutError(WorkerDiedError):
     """A worker did not answer a call within ``call_timeout`` seconds and was killed."""
 
 
-class ClosedError(ParallelEnvError):
-    """A method was called on a ParallelEnv after ``close()``."""
+class ClosedError(ParallelEnvError, ClosedEnvironmentError):
+    """A method was called on a ParallelEnv after ``close()``; also Gymnasium's ``ClosedEnvironmentError``."""
 
 
-class AlreadyPendingError(ParallelEnvError):
-    """``send``/``step``/``reset`` named envs whose previous call is not received yet."""
+class AlreadyPendingError(ParallelEnvError, AlreadyPendingCallError):
+    """``send``/``step``/``reset`` named envs whose previous call is not received yet.
+
+    Also Gymnasium's ``AlreadyPendingCallError``; ``name`` is the pending call, as there.
+    """
+
+    def __init__(self, message: str, name: str = "step") -> None:
+        super().__init__(message, name)
 
 
-class NoPendingCallError(ParallelEnvError):
-    """``recv`` was called with no call pending."""
+class NoPendingCallError(ParallelEnvError, NoAsyncCallError):
+    """``recv`` was called with no call pending; also Gymnasium's ``NoAsyncCallError`` (``name``: the call awaited)."""
+
+    def __init__(self, message: str, name: str = "step") -> None:
+        super().__init__(message, name)
 
 
 def _ranges(indices: Sequence[int]) -> str:

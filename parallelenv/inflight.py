@@ -12,11 +12,15 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from parallelenv.array_kinds import NumpyArrays, Selection, array_kind
+from parallelenv.arrays import concatenate
 from parallelenv.backends.base import Backend
+from parallelenv.batching import take
 from parallelenv.calls import Call, Failure, Reply, Step
 from parallelenv.errors import AlreadyPendingError, WorkerDiedError, WorkerTimeoutError
 from parallelenv.policies import Policy
@@ -33,21 +37,34 @@ class EnvState(enum.IntEnum):
 IDLE, PENDING, READY = int(EnvState.IDLE), int(EnvState.PENDING), int(EnvState.READY)
 
 
+@dataclass
+class Received:
+    """What the tracker holds for the envs it hands over, besides the buffers' rows."""
+
+    infos: dict[int, dict[str, Any]]  # per env, the non-empty infos
+    batched_info: dict[str, Any] | None  # a vector info over the envs handed over, from batched hosts
+    none_result: Any  # mask over them of None results (None: the policy gives none)
+
+
 class InFlight:
     """The calls in flight on a backend's envs, and what their replies said."""
 
     def __init__(self, backend: Backend, policy: Policy, call_timeout: float | None) -> None:
-        n = backend.num_envs
+        n = self.num_envs = backend.num_envs
         self.backend = backend
         self.policy = policy
         self.call_timeout = call_timeout
-        self.all_ids = np.arange(n)
-        self._all_ids_tuple = tuple(range(n))
+        self.arrays: NumpyArrays = array_kind(backend.buffers, backend.single_action_space)
+        self.everyone = Selection.of(np.arange(n), n)
+        self._step_everyone = Step(self.everyone.env_ids)
         self.state = np.zeros(n, dtype=np.int8)
-        self.finished = np.zeros(n, dtype=bool)  # the policy's: these envs get None results
-        self.none_result = np.zeros(n, dtype=bool)  # READY with a None result, never stepped
+        # The policy's finished envs (they get None results), in the buffers' array kind.
+        self.finished = self.arrays.bool_zeros(n)
+        self.none_result = self.arrays.bool_zeros(n)  # READY with a None result, never stepped
         self.infos: dict[int, dict[str, Any]] = {}  # non-empty infos of READY envs
-        self.call_values: dict[int, Any] = {}  # answers to the synchronous call under way
+        self._batched_infos: list[tuple[tuple[int, ...], dict[str, Any]]] = []  # of READY envs, per reply
+        self._call_values: dict[int, Any] = {}  # answers to the synchronous call under way
+        self._call_info: dict[str, Any] | None = None
         self.failures: list[Failure] = []
         self.num_pending = 0  # kept so the hot path need not count the state array
         self.num_ready = 0
@@ -58,45 +75,92 @@ class InFlight:
         self._oldest_sent = 0.0
         self._send_order = np.zeros(n, dtype=np.int64)
         self._next_order = 0
+        # A call of every env with nothing else outstanding (a training loop's
+        # steps) leaves the per-env arrays above unwritten: every env is then in
+        # state ``_whole``, sent at ``_whole_sent_at``, in id order from
+        # ``_whole_order``, so that a call costs no O(num_envs) bookkeeping.
+        # ``_per_env()`` writes them out before anything reads them.
+        self._whole: int | None = IDLE
+        self._whole_sent_at = 0.0
+        self._whole_order: int | None = None
 
-    def rows(self, ids: np.ndarray) -> slice | np.ndarray:
-        """Index per-env arrays with a slice when ``ids`` is every env in order: cheaper."""
-        return slice(None) if ids is self.all_ids else ids
+    def select(self, ids: np.ndarray | None) -> Selection:
+        """The selection of checked ``ids``; every env when None."""
+        return self.everyone if ids is None else Selection.of(ids, self.num_envs)
 
-    def require_idle(self, ids: np.ndarray, doing: str) -> None:
+    def require_idle(self, selection: Selection, doing: str) -> None:
         if self.num_pending == 0 and self.num_ready == 0:
             return
+        self._per_env()
+        ids = selection.ids
         busy = ids[self.state[ids] != IDLE]
         if busy.size:
             raise AlreadyPendingError(
                 f"{doing} envs {busy.tolist()} whose previous call has not been received: recv() first"
             )
 
-    def answered(self, ids: np.ndarray) -> Callable[[], bool]:
-        """The condition "no env of ``ids`` is still pending"."""
-        if ids is self.all_ids:
+    def answered(self, selection: Selection) -> Callable[[], bool]:
+        """The condition "no env of ``selection`` is still pending"."""
+        if selection.everyone:
             return lambda: self.num_pending == 0
+        self._per_env()
+        ids = selection.ids
         return lambda: not (self.state[ids] == PENDING).any()
 
-    def number_sends(self, ids: np.ndarray) -> None:
-        """Remember the order of sends: recv returns results in it."""
-        self._send_order[self.rows(ids)] = self._next_order + self.all_ids[: len(ids)]
-        self._next_order += len(ids)
+    def send_step(self, selection: Selection, actions: Any) -> None:
+        """Step the envs of ``selection`` with the user's ``actions``, checked before anything is
+        sent; the policy's finished envs answer at once with None results instead."""
+        self.require_idle(selection, "send to")
+        actions = self.arrays.actions(self.backend.single_action_space, actions, selection.count)
+        self._number_sends(selection)
+        live = None
+        rows = self.arrays.rows(selection)
+        if self.policy.tracks_finished:
+            live = self.policy.live(self.finished, rows)
+            if self.arrays.reads_on_host:
+                if not live.all():
+                    self._set_none_results(selection.ids[~live])
+                    actions = take(actions, live)
+                    selection = selection.without(~live)
+                    if not len(selection):
+                        return
+                    rows = self.arrays.rows(selection)
+                live = None
+            else:  # a device mask: the backend leaves out the envs it does not set
+                self.none_result[rows] = ~live
+        self.arrays.put_actions(self.backend.buffers, rows, actions)
+        everyone = selection.everyone and live is None
+        self._dispatch(self._step_everyone if everyone else Step(selection.env_ids, live), selection)
 
-    def set_none_results(self, ids: np.ndarray) -> None:
+    def _number_sends(self, selection: Selection) -> None:
+        """Remember the order of sends: recv returns results in it."""
+        if selection.everyone and self.num_pending == 0 and self.num_ready == 0:
+            self._whole_order = self._next_order
+        else:
+            self._per_env()
+            self._send_order[selection.ids] = self._next_order + self.everyone.ids[: selection.count]
+        self._next_order += selection.count
+
+    def _set_none_results(self, ids: np.ndarray) -> None:
         """These envs answer at once with None results, without being called."""
+        self._per_env()
         self.state[ids] = READY
         self.none_result[ids] = True
         self.num_ready += len(ids)
 
-    def dispatch(self, call: Call, ids: np.ndarray) -> None:
-        rows = self.rows(ids)
+    def _dispatch(self, call: Call, selection: Selection) -> None:
+        rows = selection.rows
         now = time.monotonic()
-        self.state[rows] = PENDING
-        self._sent_at[rows] = now
+        whole = selection.everyone and self.num_pending == 0 and self.num_ready == 0
+        if whole:
+            self._whole, self._whole_sent_at = PENDING, now
+        else:
+            self._per_env()
+            self.state[rows] = PENDING
+            self._sent_at[rows] = now
         if self.num_pending == 0:
             self._oldest_sent = now
-        self.num_pending += len(ids)
+        self.num_pending += selection.count
         try:
             self.backend.dispatch(call)
         except WorkerDiedError as died:
@@ -105,9 +169,23 @@ class InFlight:
         except Exception:
             # A call the backend refused (its data cannot travel) reached no env:
             # the protocol has a backend check everything before it sends anything.
-            self.state[rows] = IDLE
-            self.num_pending -= len(ids)
+            if whole:
+                self._whole = IDLE
+            else:
+                self.state[rows] = IDLE
+            self.num_pending -= selection.count
             raise
+
+    def _per_env(self) -> None:
+        """Write out the per-env state that calls of every env left unwritten (see ``_whole``)."""
+        if self._whole_order is not None:
+            np.add(self.everyone.ids, self._whole_order, out=self._send_order)
+            self._whole_order = None
+        if self._whole is not None:
+            self.state.fill(self._whole)
+            if self._whole == PENDING:
+                self._sent_at.fill(self._whole_sent_at)
+            self._whole = None
 
     def wait(
         self, satisfied: Callable[[], bool], deadline: float | None, drain: bool, wanted: int | None = None
@@ -141,7 +219,7 @@ class InFlight:
         if deadline is not None and now >= deadline:
             return None
         hang_at = self._hang_at(now)
-        until = min((t for t in (deadline, hang_at) if t is not None), default=None)
+        until = hang_at if deadline is None else deadline if hang_at is None else min(deadline, hang_at)
         replies = self.backend.collect(None if until is None else max(0.0, until - now), wanted)
         if not replies and hang_at is not None:
             now = time.monotonic()
@@ -154,49 +232,82 @@ class InFlight:
         if self.call_timeout is None:
             return None
         if self._oldest_sent + self.call_timeout <= now:
+            self._per_env()
             self._oldest_sent = float(self._sent_at[self.state == PENDING].min())
         return self._oldest_sent + self.call_timeout
 
-    def run(self, call: Call, ids: np.ndarray) -> tuple[dict[int, Any], list[Failure]]:
-        """Run a non-step call on ``ids`` to completion: each env's answer, and the failures of those that raised."""
-        self.require_idle(ids, f"call {type(call).__name__} on")
-        self.call_values = {}
-        self.dispatch(call, ids)
-        self.wait(self.answered(ids), None, drain=True, wanted=len(ids))
-        values, self.call_values = self.call_values, {}
-        return values, self.take_failures()
+    def run(self, call: Call, selection: Selection) -> tuple[dict[int, Any], list[Failure], dict[str, Any] | None]:
+        """Run a non-step call to completion: each env's answer, the failures of
+        those that raised, and the vector info of hosts that answer as one batch."""
+        self.require_idle(selection, f"call {type(call).__name__} on")
+        self._call_values, self._call_info = {}, None
+        self._dispatch(call, selection)
+        self.wait(self.answered(selection), None, drain=True, wanted=len(selection))
+        values, info = self._call_values, self._call_info
+        self._call_values, self._call_info = {}, None
+        return values, self.take_failures(), info
 
-    def mark_reset(self, ids: np.ndarray) -> None:
+    def mark_reset(self, selection: Selection) -> None:
         """These envs were reset: the policy counts them as live again."""
-        self.finished[ids] = False
+        if self.policy.tracks_finished:
+            self.finished[self.arrays.rows(selection)] = False
 
     def take_failures(self) -> list[Failure]:
         """The failures absorbed since the last call, oldest first; they are forgotten here."""
         failures, self.failures = self.failures, []
         return failures
 
-    def ready_in_send_order(self) -> np.ndarray:
+    def ready_in_send_order(self) -> Selection:
+        self._per_env()
         ready = np.flatnonzero(self.state == READY)
-        return ready[np.argsort(self._send_order[ready], kind="stable")]
+        return self.select(ready[np.argsort(self._send_order[ready], kind="stable")])
 
-    def receive(self, ids: np.ndarray) -> tuple[dict[int, dict[str, Any]], np.ndarray]:
-        """Hand over the READY ``ids``: their non-empty infos and None-result mask; they become IDLE."""
-        rows = self.rows(ids)
-        none_result = self.none_result[rows].copy()
-        if ids is self.all_ids:
+    def receive(self, selection: Selection) -> Received:
+        """Hand over the READY envs of ``selection``; they become IDLE."""
+        rows = selection.rows
+        none_result = None
+        if self.policy.tracks_finished:
+            device_rows = self.arrays.rows(selection)
+            none_result = self.none_result[device_rows].clone() if not self.arrays.reads_on_host \
+                else self.none_result[rows].copy()
+            self.none_result[device_rows] = False
+        if selection.everyone:
             infos, self.infos = self.infos, {}
             self.num_ready = 0
+            if self._whole is None:
+                self.state.fill(IDLE)
+            self._whole = IDLE
         else:
+            self._per_env()
+            ids = selection.ids
             infos = {i: self.infos.pop(i) for i in ids.tolist() if i in self.infos} if self.infos else {}
             self.num_ready -= int((self.state[rows] == READY).sum())
-        self.state[rows] = IDLE
-        self.none_result[rows] = False
-        return infos, none_result
+            self.state[rows] = IDLE
+        return Received(infos, self._take_batched_infos(selection), none_result)
+
+    def _take_batched_infos(self, selection: Selection) -> dict[str, Any] | None:
+        """The vector info of the envs of ``selection`` out of the batched replies that hold them."""
+        stored = self._batched_infos
+        if not stored:
+            return None
+        if len(stored) == 1 and stored[0][0] is selection.env_ids:  # a step of every env: the hot path
+            return stored.pop()[1]
+        wanted = set(selection.env_ids)
+        holding = [(env_ids, info) for env_ids, info in stored if wanted.intersection(env_ids)]
+        self._batched_infos = [(env_ids, info) for env_ids, info in stored if not wanted.issuperset(env_ids)]
+        keys = set.intersection(*(set(info) for _, info in holding))
+        joined = concatenate([{key: info[key] for key in keys} for _, info in holding])
+        position = {env_id: p for p, env_id in enumerate(i for env_ids, _ in holding for i in env_ids)}
+        order = np.array([position[i] for i in selection.env_ids], dtype=np.int64)
+        if (order == np.arange(len(order))).all() and len(order) == len(position):
+            return joined
+        rows = self.arrays.reply_rows(order)
+        return {key: value[rows] for key, value in joined.items()}
 
     def _index(self, env_ids: tuple[int, ...]) -> slice | np.ndarray:
         """Index per-env arrays by a reply's (distinct) env ids: a slice when they form a range,
         as the whole group of a worker does, since slicing costs far less than fancy indexing."""
-        if env_ids == self._all_ids_tuple:
+        if env_ids is self.everyone.env_ids or env_ids == self.everyone.env_ids:
             return slice(None)
         first, size = min(env_ids), len(env_ids)
         if max(env_ids) - first == size - 1:
@@ -205,6 +316,7 @@ class InFlight:
 
     def _kill_hung(self, now: float) -> None:
         assert self.call_timeout is not None
+        self._per_env()
         overdue = np.flatnonzero((self.state == PENDING) & (self._sent_at + self.call_timeout <= now)).tolist()
         lost = self.backend.kill(overdue) or overdue
         raise WorkerTimeoutError(
@@ -213,22 +325,38 @@ class InFlight:
 
     def _absorb(self, reply: Reply) -> None:
         env_ids = reply.env_ids
-        rows = ids = self._index(env_ids)
+        rows = slice(None) if env_ids is self.everyone.env_ids else self._index(env_ids)
+        # Every env at once (their ids are distinct): the whole batch changes state together.
+        whole = self._whole == PENDING and len(env_ids) == self.num_envs
+        if not whole:
+            self._per_env()
         self.num_pending -= len(env_ids)
         if reply.failures:
             self.failures.extend(reply.failures)
         if reply.call_type is Step:
             # Envs whose step raised are READY too: the front hands out the
             # others' results and drops theirs when it raises the failure.
-            self.state[rows] = READY
+            if whole:
+                self._whole = READY
+            else:
+                self.state[rows] = READY
             self.num_ready += len(env_ids)
-            self.infos.update(reply.values)
+            if reply.values:
+                self.infos.update(reply.values)
+            if reply.info is not None:
+                self._batched_infos.append((env_ids, reply.info))
             if self.policy.tracks_finished:
                 buffers = self.backend.buffers
-                done = buffers.terminated[rows] | buffers.truncated[rows]
+                index = self.arrays.reply_rows(rows)
+                done = buffers.terminated[index] | buffers.truncated[index]
                 if reply.failures:  # their rows hold no result of this step
                     done[[env_ids.index(i) for i in reply.failed_ids()]] = False
-                self.policy.after_step(self.finished, ids, done)
+                self.policy.after_step(self.finished, index, done)
         else:
-            self.state[rows] = IDLE
-            self.call_values.update(reply.values)
+            if whole:
+                self._whole = IDLE
+            else:
+                self.state[rows] = IDLE
+            self._call_values.update(reply.values)
+            if reply.info is not None:
+                self._call_info = reply.info

@@ -21,9 +21,10 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from parallelenv import arguments
-from parallelenv.backends import BackendConfig, resolve_backend
+from parallelenv.array_kinds import Selection
+from parallelenv.arrays import import_torch, is_tensor
+from parallelenv.backends import BackendConfig, env_maker, resolve_backend
 from parallelenv.backends.base import Backend
-from parallelenv.batching import check_batch, put, take
 from parallelenv.calls import (
     NO_ARGUMENT,
     Call,
@@ -33,11 +34,10 @@ from parallelenv.calls import (
     ReplaceEnv,
     Reset,
     SetAttr,
-    Step,
     env_error,
 )
 from parallelenv.errors import ClosedError
-from parallelenv.inflight import InFlight
+from parallelenv.inflight import InFlight, Received
 from parallelenv.policies import Policy, resolve_policy
 from parallelenv.results import batch_results, item_results
 from parallelenv.serialised import one_caller_at_a_time
@@ -70,11 +70,13 @@ class ParallelEnv:
         call_timeout: seconds an env call may take before its worker is
             declared hung, killed, and :class:`~parallelenv.WorkerTimeoutError`
             raised; None waits forever.
-        output: ``"numpy"`` (default) or ``"torch"``: results as torch tensors
-            on ``device``; actions may then be torch tensors too.
-        device: where ``output="torch"`` puts results (default ``"cpu"``).
+        output: ``"numpy"`` or ``"torch"``: results as torch tensors on
+            ``device``; actions may then be torch tensors too. Default: what
+            the backend gives (NumPy; torch tensors for ``"tensor"``).
+        device: where ``output="torch"`` puts results (default ``"cpu"``);
+            the tensor backend's results are on its env's device.
         **backend_options: passed to the backend (``num_workers``,
-            ``start_method`` for ``"subproc"``).
+            ``start_method`` for ``"subproc"``, ``copy`` for ``"tensor"``).
 
     Example:
         >>> import gymnasium as gym
@@ -86,16 +88,6 @@ class ParallelEnv:
         ((4, 4), 'dummy', None)
     """
 
-    def __new__(cls, envs: Any = None, para_mode: str = "dummy", *args: Any, **kwargs: Any) -> ParallelEnv:
-        # A backend may be a ParallelEnv subclass serving the front API itself (the tensor backend).
-        penv = super().__new__(_own_front(para_mode) or cls if cls is ParallelEnv else cls)
-        penv._lock = threading.RLock()
-        return penv
-
-    #: Whether a step's results are buffers that the next step overwrites
-    #: (the tensor backend's, by default), rather than the caller's own.
-    reuses_result_buffers = False
-
     def __init__(
         self,
         envs: Sequence[Any],
@@ -105,14 +97,13 @@ class ParallelEnv:
         num_gpus: float = 0,
         no_warning: bool = True,
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
-        output: str = "numpy",
+        output: str | None = None,
         device: Any = None,
         **backend_options: Any,
     ) -> None:
+        self._lock = threading.RLock()
         self._closed = True  # until the backend exists, close() has nothing to do
-        self._to_torch = None if output == "numpy" and device is None else _torch_output(output, device)
-        if isinstance(envs, (gym.Env, str)) or not isinstance(envs, Sequence) or not envs:
-            raise TypeError("envs must be a non-empty list of gym.Env instances or factories of them")
+        _check_output(output, device)
         self._policy = resolve_policy(asynchronous)
         factory = resolve_backend(para_mode)
         arguments.check_limits(num_cpus, call_timeout)
@@ -126,15 +117,21 @@ class ParallelEnv:
         self.para_mode = para_mode
         self.asynchronous = asynchronous
         self.call_timeout = call_timeout
-        self._backend: Backend = factory(list(envs), config, **backend_options)
+        self._backend: Backend = factory(envs, config, **backend_options)
         self._closed = False
         _OPEN.add(self)
+        self._calls = InFlight(self._backend, self._policy, call_timeout)
+        self._to_torch = None
+        if self._calls.arrays.native_output != "torch" and (output == "torch" or device is not None):
+            self._to_torch = _torch_output(device)
+        elif self._calls.arrays.native_output == "torch" and output == "numpy":
+            self.close()
+            raise ValueError(f"output='numpy': the results of para_mode={para_mode!r} are torch tensors")
         n = self.num_envs = self._backend.num_envs
         self.single_observation_space = self._backend.single_observation_space
         self.single_action_space = self._backend.single_action_space
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)
-        self._calls = InFlight(self._backend, self._policy, call_timeout)
 
     @classmethod
     def make(
@@ -155,11 +152,11 @@ class ParallelEnv:
     ) -> ParallelEnv:
         """``num_envs`` copies of a registered Gymnasium env, built where they run.
 
-        ``output`` is ``"numpy"`` (the CPU backends' default) or ``"torch"`` (the
-        tensor backend's only one); ``device`` is where results live: with
-        ``output="torch"`` on the CPU backends, and for ``para_mode="tensor"`` the device of the tensor env
-        itself (default ``cuda`` when there is one). Other keyword arguments
-        go to ``gymnasium.make`` (or to the tensor env).
+        ``output`` is ``"numpy"`` or ``"torch"``; ``device`` is where results
+        live with ``output="torch"`` on the CPU backends, and for
+        ``para_mode="tensor"`` the device of the tensor env itself (default
+        ``cuda`` when there is one). Other keyword arguments go to
+        ``gymnasium.make`` (or to the tensor env standing for ``env_id``).
 
         Example:
             >>> from parallelenv import ParallelEnv
@@ -170,26 +167,22 @@ class ParallelEnv:
         """
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r}; use a positive int")
-        front = _own_front(para_mode)
-        if front is not None:
+        make_envs = env_maker(para_mode)
+        if make_envs is None:
+            envs: Any = [functools.partial(gym.make, env_id, **gym_kwargs)] * num_envs
+        else:  # the backend's own kind of env, built here: it runs where it is
             if device is not None:
                 gym_kwargs["device"] = device
-            if output is not None:
-                gym_kwargs["output"] = output
-            return front.make(
-                env_id, num_envs, para_mode, asynchronous=asynchronous, num_cpus=num_cpus, num_gpus=num_gpus,
-                no_warning=no_warning, call_timeout=call_timeout, backend_options=backend_options, **gym_kwargs,
-            )
-        factory = functools.partial(gym.make, env_id, **gym_kwargs)
+            envs, device = make_envs(env_id, num_envs, **gym_kwargs), None
         return cls(
-            [factory] * num_envs,
+            envs,
             para_mode=para_mode,
             asynchronous=asynchronous,
             num_cpus=num_cpus,
             num_gpus=num_gpus,
             no_warning=no_warning,
             call_timeout=call_timeout,
-            output=output or "numpy",
+            output=output,
             device=device,
             **(backend_options or {}),
         )
@@ -201,6 +194,12 @@ class ParallelEnv:
     def backend(self) -> Backend:
         """The :class:`~parallelenv.backends.Backend` running the envs, e.g. for its ``env_pids()``."""
         return self._backend
+
+    @property
+    def reuses_result_buffers(self) -> bool:
+        """Whether a call's results on every env are buffers that the next call overwrites
+        (the tensor backend's by default), rather than the caller's own."""
+        return self._backend.buffers.lent
 
     @property
     def policy(self) -> Policy:
@@ -240,18 +239,18 @@ class ParallelEnv:
             align: ``"item"`` for batched ``(obs, info)``, ``"batch"`` for a
                 list of per-env ``(obs, info)`` tuples.
         """
-        ids = self._ids(id)
+        calls = self._calls
+        selection = self._selection(id)
         arguments.check_align(align)
-        call = Reset(tuple(ids.tolist()), arguments.env_seeds(seed, ids), arguments.env_options(options, ids))
-        infos, failures = self._calls.run(call, ids)
-        reset = _without(ids, failures)
-        self._calls.mark_reset(reset)
-        obs = take(self._backend.buffers.obs, None if reset is self._calls.all_ids else reset)
-        env_ids = reset if failures else None
-        if align == "batch":
-            results = batch_results(obs, None, reset, infos, None, env_ids=env_ids)
-        else:
-            results = item_results(obs, None, reset, infos, None, env_ids=env_ids)
+        ids = selection.ids
+        call = Reset(selection.env_ids, arguments.env_seeds(seed, ids), arguments.env_options(options, ids))
+        infos, failures, batched_info = calls.run(call, selection)
+        reset = _without(selection, failures)
+        calls.mark_reset(reset)
+        obs = calls.arrays.take(self._backend.buffers.obs, reset, lend=False)
+        env_ids = reset.ids if failures else None
+        assemble = batch_results if align == "batch" else item_results
+        results = assemble(obs, None, reset.ids, Received(infos, batched_info, None), calls.arrays, env_ids=env_ids)
         results = results if self._to_torch is None else self._to_torch.results(results, align)
         if failures:
             raise env_error(failures, results)
@@ -265,19 +264,20 @@ class ParallelEnv:
         batched in the order of ``id``; with ``align="batch"``: a list of
         per-env 5-tuples. Envs the policy has finished answer with None results.
         """
-        ids = self._ids(id)
-        arguments.check_align(align)
+        selection = self._selection(id)
+        if align != "item":
+            arguments.check_align(align)
         calls = self._calls
-        self._send(actions, ids)
-        calls.wait(calls.answered(ids), None, drain=True, wanted=len(ids))
+        self._send(actions, selection)
+        calls.wait(calls.answered(selection), None, drain=True, wanted=selection.count)
         if calls.failures:
-            self._raise_env_error(ids, align)
-        return self._take_results(ids, align, with_env_id=False)
+            self._raise_env_error(selection, align)
+        return self._take_results(selection, align, with_env_id=False)
 
     @one_caller_at_a_time
     def send(self, actions: Any, id: Any = None) -> None:
         """Hand ``actions`` to the envs of ``id`` and return at once (see :meth:`recv`)."""
-        self._send(actions, self._ids(id))
+        self._send(actions, self._selection(id))
 
     @one_caller_at_a_time
     def recv(self, wait_num: int | None = None, timeout: float | None = None, align: str = "item") -> Any:
@@ -303,14 +303,14 @@ class ParallelEnv:
     @one_caller_at_a_time
     def get_env_attr(self, name: str, id: Any = None) -> list[Any]:
         """The attribute ``name`` of each env of ``id`` (None where an env has none)."""
-        ids = self._ids(id)
-        return self._values(GetAttr(tuple(ids.tolist()), _name(name)), ids)
+        selection = self._selection(id)
+        return self._values(GetAttr(selection.env_ids, _name(name)), selection)
 
     @one_caller_at_a_time
     def set_env_attr(self, name: str, value: Any, id: Any = None) -> None:
         """Set the attribute ``name`` to ``value`` on every env of ``id``."""
-        ids = self._ids(id)
-        self._values(SetAttr(tuple(ids.tolist()), _name(name), value), ids)
+        selection = self._selection(id)
+        self._values(SetAttr(selection.env_ids, _name(name), value), selection)
 
     @one_caller_at_a_time
     def customized_method(self, name: str | Callable[..., Any], data: Any = None, id: Any = None) -> list[Any]:
@@ -326,8 +326,10 @@ class ParallelEnv:
                 Any other entry is passed as the single positional argument
                 (to pass a dict positionally, give
                 ``parallelenv.calls.Arguments((the_dict,))``). The tensor
-                backend calls its batched env once: see
-                :meth:`~parallelenv.tensor.front.TensorParallelEnv.customized_method`.
+                backend calls its batched env once for all the envs of
+                ``id``: ``env.name(ids)`` with an index tensor, the keyword
+                dicts batched per keyword (``env.name(ids, x=[...])``), other
+                entries as one list (``env.name(ids, data)``).
             id: env indices; results come back in this order.
 
         Example:
@@ -337,10 +339,10 @@ class ParallelEnv:
             ...     penv.customized_method("has_wrapper_attr", data=[{"name": "gravity"}, {"name": "mass"}], id=[3, 1])
             [True, False]
         """
-        ids = self._ids(id)
-        per_env = (NO_ARGUMENT,) * len(ids) if data is None else arguments.per_env(data, ids, "data")
+        selection = self._selection(id)
+        per_env = (NO_ARGUMENT,) * len(selection) if data is None else arguments.per_env(data, selection.ids, "data")
         method = name if callable(name) else _name(name)
-        return self._values(CallMethod(tuple(ids.tolist()), method, per_env), ids)
+        return self._values(CallMethod(selection.env_ids, method, per_env), selection)
 
     @one_caller_at_a_time
     def replace_envs(self, envs: Any, id: Any = None) -> None:
@@ -363,9 +365,9 @@ class ParallelEnv:
             ...     penv.get_env_attr("spec", id=[1])[0].max_episode_steps
             50
         """
-        ids = self._ids(id)
-        sources = arguments.per_env(envs, ids, "envs")
-        self._values(ReplaceEnv(tuple(ids.tolist()), sources), ids)
+        selection = self._selection(id)
+        sources = arguments.per_env(envs, selection.ids, "envs")
+        self._values(ReplaceEnv(selection.env_ids, sources), selection)
 
     def as_gymnasium(self) -> Any:
         """This ParallelEnv as a ``gymnasium.vector.VectorEnv`` (see :mod:`parallelenv.integrations.gymnasium`)."""
@@ -406,55 +408,48 @@ class ParallelEnv:
         if broken is not None:
             raise type(broken)(broken.env_indices, broken.reason) from broken
 
-    def _ids(self, id: Any) -> np.ndarray:
+    def _selection(self, id: Any) -> Selection:
         self._check_usable()
-        return self._calls.all_ids if id is None else arguments.env_ids(id, self.num_envs)
+        if id is None:
+            return self._calls.everyone
+        if is_tensor(id):
+            id = id.cpu().numpy()  # ids that came back from a device: one read, outside any step
+        return self._calls.select(arguments.env_ids(id, self.num_envs))
 
-    def _send(self, actions: Any, ids: np.ndarray) -> None:
-        calls = self._calls
-        calls.require_idle(ids, "send to")
+    def _send(self, actions: Any, selection: Selection) -> None:
         if self._to_torch is not None:
             actions = self._to_torch.actions(actions)
-        batch = check_batch(self.single_action_space, actions, len(ids))
-        calls.number_sends(ids)
-        if self._policy.tracks_finished:
-            live = self._policy.live(calls.finished, ids)
-            if not live.all():
-                calls.set_none_results(ids[~live])
-                ids, batch = ids[live], take(batch, live)
-                if not ids.size:
-                    return
-        put(self._backend.buffers.actions, calls.rows(ids), batch)
-        calls.dispatch(Step(tuple(ids.tolist())), ids)
+        self._calls.send_step(selection, actions)
 
-    def _values(self, call: Call, ids: np.ndarray) -> list[Any]:
-        """Each env's answer to ``call``, in the order of ``ids``; an EnvError if any raised."""
-        values, failures = self._calls.run(call, ids)
+    def _values(self, call: Call, selection: Selection) -> list[Any]:
+        """Each env's answer to ``call``, in the order of ``selection``; an EnvError if any raised."""
+        values, failures, _ = self._calls.run(call, selection)
         if failures:
             raise env_error(failures, values)
-        return [values[i] for i in ids.tolist()]
+        return [values[i] for i in selection.env_ids]
 
-    def _raise_env_error(self, ready: np.ndarray, align: str) -> None:
+    def _raise_env_error(self, ready: Selection, align: str) -> None:
         """Raise the failures of a step or recv, handing over the results of the ``ready`` envs that did not raise."""
-        failures = self._calls.take_failures()
-        failed = np.isin(ready, [failure.env_index for failure in failures])
-        self._calls.receive(ready[failed])
-        answered = ready[~failed]
-        results = self._take_results(answered, align, with_env_id=True) if answered.size else None
+        calls = self._calls
+        failures = calls.take_failures()
+        failed = np.isin(ready.ids, [failure.env_index for failure in failures])
+        calls.receive(calls.select(ready.ids[failed]))
+        answered = ready.without(failed)
+        results = self._take_results(answered, align, with_env_id=True) if len(answered) else None
         raise env_error(failures, results)
 
-    def _take_results(self, ids: np.ndarray, align: str, with_env_id: bool) -> Any:
-        """Copy the results of READY ``ids`` out of the buffers; they become IDLE."""
-        buffers = self._backend.buffers
-        rows = self._calls.rows(ids)
-        obs = take(buffers.obs, None if ids is self._calls.all_ids else ids)
-        step_arrays = (buffers.reward[rows].copy(), buffers.terminated[rows].copy(), buffers.truncated[rows].copy())
-        infos, none_result = self._calls.receive(ids)
-        env_ids = ids if with_env_id else None
-        if align == "batch":
-            results = batch_results(obs, step_arrays, ids, infos, none_result, env_ids=env_ids)
-        else:
-            results = item_results(obs, step_arrays, ids, infos, none_result, env_ids=env_ids)
+    def _take_results(self, selection: Selection, align: str, with_env_id: bool) -> Any:
+        """The results of the READY envs of ``selection`` out of the buffers; they become IDLE."""
+        calls, buffers = self._calls, self._backend.buffers
+        arrays = calls.arrays
+        # None results are written into the results: they must be the caller's own.
+        lend = buffers.lent and not self._policy.tracks_finished
+        obs, reward, terminated, truncated = arrays.step_results(buffers, selection, lend)
+        step_arrays = (reward, terminated, truncated)
+        received = calls.receive(selection)
+        env_ids = selection.ids if with_env_id else None
+        assemble = batch_results if align == "batch" else item_results
+        results = assemble(obs, step_arrays, selection.ids, received, arrays, env_ids=env_ids)
         return results if self._to_torch is None else self._to_torch.results(results, align)
 
 
@@ -472,11 +467,11 @@ def _close_open_envs() -> None:
             pass
 
 
-def _without(ids: np.ndarray, failures: list[Failure]) -> np.ndarray:
-    """``ids`` less the envs that failed; ``ids`` itself when none did."""
+def _without(selection: Selection, failures: list[Failure]) -> Selection:
+    """The envs of ``selection`` less those that failed; ``selection`` itself when none did."""
     if not failures:
-        return ids
-    return ids[~np.isin(ids, [failure.env_index for failure in failures])]
+        return selection
+    return selection.without(np.isin(selection.ids, [failure.env_index for failure in failures]))
 
 
 def _name(name: Any) -> str:
@@ -485,17 +480,16 @@ def _name(name: Any) -> str:
     return name
 
 
-def _own_front(para_mode: Any) -> type[ParallelEnv] | None:
-    """The ParallelEnv subclass a backend brings as its own front, if it does."""
-    factory = resolve_backend(para_mode)
-    return factory if isinstance(factory, type) and issubclass(factory, ParallelEnv) else None
-
-
-def _torch_output(output: Any, device: Any) -> Any:
-    if output not in ("numpy", "torch"):
+def _check_output(output: Any, device: Any) -> None:
+    if output not in (None, "numpy", "torch"):
         raise ValueError(f"output={output!r}; use 'numpy' or 'torch'")
-    if output == "numpy":
+    if output == "numpy" and device is not None:
         raise ValueError("device= is for output='torch'")
+    if output == "torch" or device is not None:
+        import_torch("output='torch'")  # before any worker starts: or says what to install
+
+
+def _torch_output(device: Any) -> Any:
     # Imports torch, or says how to install it.
     from parallelenv.torch_output import TorchOutput
 

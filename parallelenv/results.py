@@ -10,7 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from parallelenv.batching import Batched, unbatch, zero_positions
+from parallelenv.array_kinds import NumpyArrays
+from parallelenv.batching import Batched, unbatch
+from parallelenv.inflight import Received
 from parallelenv.infos import vector_info
 
 NONE_RESULT: tuple[Any, ...] = (None, None, True, False, {})
@@ -22,26 +24,23 @@ def item_results(
     obs: Batched,
     step_arrays: StepArrays | None,
     ids: np.ndarray,
-    infos: dict[int, dict[str, Any]],
-    none_result: np.ndarray | None,
+    received: Received,
+    arrays: NumpyArrays,
     env_ids: np.ndarray | None = None,
 ) -> Any:
     """``(obs, info)`` after a reset (no ``step_arrays``), else ``(obs, reward, terminated, truncated, info)``."""
     n = len(ids)
+    infos = received.infos
     info = vector_info(_by_position(ids, infos), n) if infos else {}
+    if received.batched_info is not None:
+        info.update(received.batched_info)
     if env_ids is not None:
         info["env_id"], info["_env_id"] = env_ids.copy(), np.ones(n, dtype=bool)
     if step_arrays is None:
         return obs, info
-    reward, terminated, truncated = step_arrays
-    if none_result is not None and none_result.any():
-        positions = np.flatnonzero(none_result)
-        zero_positions(obs, positions)
-        reward[positions] = 0.0
-        terminated[positions] = True
-        truncated[positions] = False
-        info["idle"], info["_idle"] = none_result.copy(), none_result.copy()
-    return obs, reward, terminated, truncated, info
+    if received.none_result is not None:
+        arrays.fill_none_results(obs, step_arrays, info, received.none_result)
+    return (obs, *step_arrays, info)
 
 
 def _by_position(ids: np.ndarray, infos: dict[int, dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
@@ -72,21 +71,42 @@ def batch_results(
     obs: Batched,
     step_arrays: StepArrays | None,
     ids: np.ndarray,
-    infos: dict[int, dict[str, Any]],
-    none_result: np.ndarray | None,
+    received: Received,
+    arrays: NumpyArrays,
     env_ids: np.ndarray | None = None,
 ) -> list[tuple[Any, ...]]:
     """Per env ``(obs, info)`` after a reset (no ``step_arrays``), else ``(obs, reward, terminated, truncated, info)``."""
     results: list[tuple[Any, ...]] = []
+    if step_arrays is not None:
+        reward, terminated, truncated = (arrays.to_list(a) for a in step_arrays)
+    none_result = [False] * len(ids) if received.none_result is None else arrays.to_list(received.none_result)
     for p, i in enumerate(ids.tolist()):
-        info = infos.get(i, {})
+        info = received.infos.get(i, {})
+        if received.batched_info is not None:
+            info = {**info, **env_info(received.batched_info, p)}
         if env_ids is not None:
             info = {**info, "env_id": i}
         if step_arrays is None:
             results.append((unbatch(obs, p), info))
-        elif none_result is not None and none_result[p]:
+        elif none_result[p]:
             results.append(NONE_RESULT[:4] + (info if env_ids is not None else {},))
         else:
-            reward, terminated, truncated = step_arrays
-            results.append((unbatch(obs, p), float(reward[p]), bool(terminated[p]), bool(truncated[p]), info))
+            results.append((unbatch(obs, p), reward[p], terminated[p], truncated[p], info))
     return results
+
+
+def env_info(info: dict[str, Any], position: int) -> dict[str, Any]:
+    """One env's entries of a vector info: those its mask sets, 0-d values as Python scalars."""
+    entry: dict[str, Any] = {}
+    for key, value in info.items():
+        if key.startswith("_"):
+            continue
+        mask = info.get("_" + key)
+        if mask is not None and not bool(mask[position]):
+            continue
+        if isinstance(value, dict):
+            entry[key] = env_info(value, position)
+            continue
+        item = value[position]
+        entry[key] = item.item() if getattr(item, "ndim", None) == 0 else item
+    return entry

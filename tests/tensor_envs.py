@@ -11,7 +11,6 @@ what is the tensor backend's own. test_tensor.py checks the torch API itself.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import gymnasium as gym
@@ -162,28 +161,11 @@ def _info(info: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-class InCaller:
-    """What the tests ask of a backend, for the tensor front: it has no Backend object and runs its env here."""
-
-    def __init__(self, num_envs: int) -> None:
-        self.num_envs = num_envs
-
-    def env_pids(self) -> list[int]:
-        return [os.getpid()] * self.num_envs
-
-    def pids(self) -> list[int]:
-        return []
-
-
 class NumpyView:
     """A tensor ParallelEnv seen as the conformance suite reads results: NumPy arrays."""
 
     def __init__(self, penv: ParallelEnv) -> None:
         self.penv = penv
-
-    @property
-    def backend(self) -> InCaller:
-        return InCaller(len(self.penv))
 
     def __len__(self) -> int:
         return len(self.penv)

@@ -245,10 +245,10 @@ def test_results_are_tensors_on_the_envs_device_and_info_keys_are_always_there()
         assert reward.dtype == torch.float32 and terminated.dtype == torch.bool
         assert set(info) == {"ended_state", "_ended_state", "reset", "_reset"} and not info["_reset"].any()
         # The env's output buffers, rewritten by the next step: changing them changes no env.
-        state = penv.env.state.clone()
+        state = penv.backend.env.state.clone()
         obs.add_(100.0)
         reward.zero_()
-        assert torch.equal(penv.env.state, state)
+        assert torch.equal(penv.backend.env.state, state)
         again, reward, *_ = penv.step(torch.ones(8, dtype=torch.int64))
         assert again.data_ptr() == obs.data_ptr() and (again.abs() < 5).all() and (reward == 1.0).all()
         some, *_ = penv.step(torch.ones(2, dtype=torch.int64), id=[1, 0])
@@ -258,11 +258,11 @@ def test_results_are_tensors_on_the_envs_device_and_info_keys_are_always_there()
 def test_ids_select_rows_and_batch_alignment_gives_python_scalars():
     with tensor_penv(CartPole(5, device="cpu")) as penv:
         penv.reset(seed=0)
-        before = penv.env.obs.clone()
+        before = penv.backend.env.obs.clone()
         obs, _reward, *_ = penv.step(torch.tensor([1, 0]), id=np.array([4, 1]))
         assert obs.shape == (2, 4)
-        assert torch.equal(penv.env.obs[[0, 2, 3]], before[[0, 2, 3]])
-        assert torch.equal(obs, penv.env.obs[[4, 1]])
+        assert torch.equal(penv.backend.env.obs[[0, 2, 3]], before[[0, 2, 3]])
+        assert torch.equal(obs, penv.backend.env.obs[[4, 1]])
         (o, r, te, tr, info), *_ = penv.step([1, 1], id=[3, 2], align="batch")
         assert isinstance(o, torch.Tensor) and r == 1.0 and te is False and tr is False and info == {}
         obs, _ = penv.reset(id=torch.tensor([2]))  # ids from the device are accepted
@@ -272,10 +272,10 @@ def test_ids_select_rows_and_batch_alignment_gives_python_scalars():
 def test_make_picks_the_tensor_env_of_a_gymnasium_id():
     assert TENSOR_ENVS["CartPole-v1"] is CartPole and TENSOR_ENVS["Pendulum-v1"] is Pendulum
     with ParallelEnv.make("CartPole-v1", num_envs=16, para_mode="tensor", device="cpu") as penv:
-        assert isinstance(penv.env, CartPole) and penv.env.num_envs == 16
+        assert isinstance(penv.backend.env, CartPole) and penv.backend.env.num_envs == 16
         assert penv.get_env_attr("spec", id=[0])[0].id == "CartPole-v1"
     with ParallelEnv.make("Pendulum-v1", num_envs=3, para_mode="tensor", device="cpu", asynchronous="idle") as penv:
-        assert isinstance(penv.env, Pendulum) and penv.asynchronous == "idle"
+        assert isinstance(penv.backend.env, Pendulum) and penv.asynchronous == "idle"
     with pytest.raises(ValueError, match="CartPole-v1"):
         make_tensor_env("Acrobot-v1", num_envs=2)
 
@@ -283,7 +283,7 @@ def test_make_picks_the_tensor_env_of_a_gymnasium_id():
 def test_actions_of_the_wrong_shape_or_kind_are_refused_before_stepping():
     with tensor_penv(CartPole(4, device="cpu")) as penv:
         penv.reset(seed=0)
-        obs = penv.env.obs.clone()
+        obs = penv.backend.env.obs.clone()
         with pytest.raises(ValueError, match=r"actions.*\(3,\).*\(4,\)"):
             penv.step(torch.zeros(3, dtype=torch.int64))
         with pytest.raises(ValueError, match=r"actions.*\(2, 2\)"):
@@ -294,14 +294,14 @@ def test_actions_of_the_wrong_shape_or_kind_are_refused_before_stepping():
             penv.step([0, 2, 0, 0])
         with pytest.raises(ValueError, match=r"\b4\b"):
             penv.step(torch.zeros(1, dtype=torch.int64), id=[4])
-        assert torch.equal(penv.env.obs, obs)
+        assert torch.equal(penv.backend.env.obs, obs)
 
 
 def test_attributes_by_id_and_shared_ones():
     with tensor_penv(CountingTwin([counting(i)() for i in range(4)])) as penv:
         assert [float(g) for g in penv.get_env_attr("gravity", id=[3, 1])] == [9.8, 9.8]
         penv.set_env_attr("gravity", 2.0, id=[1])
-        assert penv.env.gravity.tolist() == [9.8, 2.0, 9.8, 9.8]
+        assert penv.backend.env.gravity.tolist() == [9.8, 2.0, 9.8, 9.8]
         with pytest.raises(ValueError, match="shared by every env"):
             penv.set_env_attr("extra", 5, id=[2])
         penv.set_env_attr("extra", 5)

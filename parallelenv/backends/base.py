@@ -72,6 +72,30 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+class RunsInCaller:
+    """The part shared by backends that run each call at once, in the caller's thread.
+
+    ``dispatch`` appends its reply to ``self._replies``; ``collect`` hands
+    them over. Nothing can be killed or hang in another process.
+    """
+
+    num_envs: int
+    _replies: list[Reply]
+
+    def collect(self, timeout: float | None, wanted: int | None = None) -> list[Reply]:
+        replies, self._replies = self._replies, []
+        return replies
+
+    def kill(self, env_ids: Sequence[int]) -> list[int]:
+        return []  # a call in the caller's own thread cannot be abandoned
+
+    def env_pids(self) -> list[int]:
+        return [os.getpid()] * self.num_envs
+
+    def pids(self) -> list[int]:
+        return []  # every env runs in the caller
+
+
 BackendFactory = Callable[..., Backend]
 """``factory(env_sources, config, **backend_options) -> Backend``."""
 

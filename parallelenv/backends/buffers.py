@@ -23,6 +23,9 @@ class Buffers:
     reward: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
+    #: Results of a call on every env are these arrays themselves, lent to the
+    #: caller until the next call rewrites them, rather than copies.
+    lent: bool = False
 
     @classmethod
     def allocate(

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
-from parallelenv.backends.base import BackendConfig, unknown_options
+from parallelenv.backends.base import BackendConfig, RunsInCaller, unknown_options
 from parallelenv.backends.buffers import Buffers
 from parallelenv.backends.env_host import EnvGroup, EnvSource, common_spaces, make_envs, silenced
 from parallelenv.batching import zeros
 from parallelenv.calls import Call, Failure, Reply
 
 
-class DummyBackend:
+class DummyBackend(RunsInCaller):
     """Runs each call at once, in the caller; ``collect`` hands back the replies."""
 
     def __init__(self, sources: Sequence[EnvSource], config: BackendConfig, **options: Any) -> None:
@@ -42,19 +41,6 @@ class DummyBackend:
                 self._replies.append(self._group.run(call))
         else:
             self._replies.append(self._group.run(call))
-
-    def collect(self, timeout: float | None, wanted: int | None = None) -> list[Reply]:
-        replies, self._replies = self._replies, []
-        return replies
-
-    def kill(self, env_ids: Sequence[int]) -> list[int]:
-        return []  # a call in the caller's own thread cannot be abandoned
-
-    def env_pids(self) -> list[int]:
-        return [os.getpid()] * self.num_envs
-
-    def pids(self) -> list[int]:
-        return []  # every env runs in the caller
 
     def close(self) -> None:
         self._group.close()

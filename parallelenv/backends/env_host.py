@@ -41,18 +41,46 @@ from parallelenv.calls import (
 EnvSource = Any  # a gym.Env, or a zero-argument callable returning one
 
 
+def env_list(envs: Any) -> list[EnvSource]:
+    """The user's ``envs`` as a list of env sources, or a TypeError saying what a CPU backend takes."""
+    if isinstance(envs, (gym.Env, str)) or not isinstance(envs, Sequence) or not envs:
+        raise TypeError(f"envs must be a non-empty list of gym.Env instances or factories of them, not "
+                        f"{type(envs).__name__}")
+    return list(envs)
+
+
 def make_envs(sources: Sequence[EnvSource], first_id: int) -> list[gym.Env] | Failure:
-    """Build the envs of a group, or describe the first one that failed."""
-    envs = []
+    """Build the envs of a group, or describe the first one that failed.
+
+    An env that is another env of the group (the same object, or the same
+    env under other wrappers) fails too: stepped once per entry, it would
+    give every entry's results from one env.
+    """
+    sources = env_list(sources)
+    envs: list[gym.Env] = []
+    built: dict[int, int] = {}  # id() of each unwrapped env -> the env id it was built as
     for offset, source in enumerate(sources):
         env_id = first_id + offset
         try:
-            envs.append(_make_env(source))
+            env = _make_env(source)
+            refuse_shared_env(env, env_id, built)
         except Exception as exc:
-            for env in envs:
-                _close_quietly(env)
+            for made in envs:
+                _close_quietly(made)
             return Failure.from_exception(env_id, "make", exc)
+        envs.append(env)
     return envs
+
+
+def refuse_shared_env(env: gym.Env, env_id: int, built: dict[int, int]) -> None:
+    """Record ``env`` as env ``env_id`` in ``built``, or raise a ValueError naming the env it already is."""
+    first = built.setdefault(id(env.unwrapped), env_id)
+    if first != env_id:
+        raise ValueError(
+            f"env {env_id} is the same env instance as env {first} ({env.unwrapped!r}): each entry of envs needs "
+            "its own env. Pass factories that build a new env on each call, not one env twice or a factory that "
+            "returns the same env every time"
+        )
 
 
 SpacePair = tuple[gym.Space, gym.Space]

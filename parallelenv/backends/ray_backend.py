@@ -21,7 +21,7 @@ import numpy as np
 from parallelenv.backends import ray_cluster, wire
 from parallelenv.backends.base import BackendConfig
 from parallelenv.backends.buffers import Buffers
-from parallelenv.backends.env_host import EnvSource, SpaceMismatch, common_spaces
+from parallelenv.backends.env_host import EnvSource, SpaceMismatch, common_spaces, env_list
 from parallelenv.backends.group_host import GroupHost, Lost, Rows
 from parallelenv.backends.groups import Groups
 from parallelenv.backends.subproc import pickle_sources
@@ -70,6 +70,7 @@ class RayBackend:
         start_timeout: float | None = 300.0,
         actor_options: dict[str, Any] | None = None,
     ) -> None:
+        sources = env_list(sources)
         payloads = pickle_sources(sources)
         self.num_envs = len(sources)
         self._ray = ray_cluster.acquire(self)
@@ -283,6 +284,7 @@ def make_ray(sources: Sequence[EnvSource], config: BackendConfig, **options: Any
     Options: ``start_timeout``, ``actor_options`` (passed to ``.options()`` of
     every actor, e.g. ``{"resources": {"licence": 1}}``).
     """
+    sources = env_list(sources)
     return RayBackend(sources, config, local_mode="dummy", num_actors=len(sources), **options)
 
 

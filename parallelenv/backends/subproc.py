@@ -35,7 +35,7 @@ import cloudpickle
 from parallelenv.backends import wire
 from parallelenv.backends.base import BackendConfig, available_cpus
 from parallelenv.backends.countdown import Countdown, WorkerCountdown
-from parallelenv.backends.env_host import EnvSource, common_spaces
+from parallelenv.backends.env_host import EnvSource, common_spaces, env_list
 from parallelenv.backends.groups import Groups
 from parallelenv.backends.shm import SharedBuffers
 from parallelenv.backends.worker import CLOSE, LINGER_S, Attach, Ready, worker_main
@@ -166,6 +166,7 @@ class SubprocBackend:
         start_method: str | None = None,
         start_timeout: float | None = 120.0,
     ) -> None:
+        sources = env_list(sources)
         num_envs = len(sources)
         if num_workers is None:
             num_workers = min(max(1, int(config.num_cpus or available_cpus())), num_envs)
