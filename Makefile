@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test lint bench bench-quick clean
+.PHONY: demo test lint bench bench-quick compat clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,13 @@ bench: $(VENV)/.installed-bench
 
 bench-quick: $(VENV)/.installed-bench
 	$(PY) -m benchmarks --quick
+
+# Gymnasium's and SB3's own vector-env suites against our views (compat/run.py).
+# Their tests are fetched outside the repository; where GitHub is out of
+# reach, point GYMNASIUM_GIT at a local clone or mirror of Gymnasium.
+GYMNASIUM_GIT ?= https://github.com/Farama-Foundation/Gymnasium.git
+compat: $(VENV)/.installed-test
+	GYMNASIUM_GIT=$(GYMNASIUM_GIT) $(PY) -m compat $(COMPAT_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -10,6 +10,7 @@ is sent to an env. Tests assert on the exceptions' fields, never on log text.
 
 from __future__ import annotations
 
+import pickle
 import re
 import threading
 import time
@@ -574,3 +575,93 @@ def test_public_error_classes_form_one_hierarchy():
     for name in ("EnvError", "WorkerDiedError", "WorkerTimeoutError", "ClosedError"):
         assert issubclass(getattr(parallelenv, name), ParallelEnvError)
     assert issubclass(WorkerTimeoutError, WorkerDiedError)
+
+
+# ---------------------------------------------------------------- one env given as several
+
+
+SHARED_ENV = CountingEnv(9)
+
+
+def shared_env() -> gym.Env:
+    """The same env on every call: a module global, so one per process that imports this module."""
+    return SHARED_ENV
+
+
+@pytest.mark.parametrize("backend", ["dummy", "subproc"])
+def test_factories_returning_the_same_env_are_refused(make_penv):
+    # subproc: envs 0 and 1 share a worker (two workers for four envs), where the factory returns one env twice.
+    with pytest.raises(EnvError) as caught:
+        make_penv([shared_env, shared_env, counting(2), counting(3)])
+    error = caught.value
+    assert (error.env_index, error.method, error.exc_type) == (1, "make", "ValueError")
+    assert "env 1 is the same env instance as env 0" in error.message
+    assert "each entry of envs needs its own env" in error.message
+    # make_penv's teardown checks that no worker or shared memory outlived the refusal
+
+
+@pytest.mark.parametrize("shape", ["instance twice", "factories of one instance", "one env under a wrapper"])
+def test_one_env_instance_given_twice_is_refused_in_dummy(no_leaks, shape):
+    env = CountingEnv(0)
+    envs = {
+        "instance twice": [CountingEnv(1), env, env],
+        "factories of one instance": [CountingEnv(1), lambda: env, lambda: env],
+        "one env under a wrapper": [CountingEnv(1), env, lambda: gym.wrappers.TimeLimit(env, 5)],
+    }[shape]
+    with pytest.raises(EnvError, match="env 2 is the same env instance as env 1") as caught:
+        ParallelEnv(envs, para_mode="dummy")
+    assert isinstance(caught.value, ValueError)  # as SB3's DummyVecEnv refuses it
+
+
+# ---------------------------------------------------------------- what except clauses written for Gymnasium catch
+
+
+def refuse(env: gym.Env, *ids: Any) -> None:  # the tensor backend passes the ids of its batch too
+    raise ValueError("refused on purpose")
+
+
+def look_up(env: gym.Env, *ids: Any) -> None:
+    raise KeyError("missing")
+
+
+def test_env_error_is_also_the_built_in_exception_the_env_raised(make_penv):
+    penv = make_penv([method_env(0), method_env(1)])
+    penv.reset(seed=0)
+    with pytest.raises(ValueError, match="refused on purpose") as caught:  # Gymnasium re-raises the env's own type
+        penv.customized_method(refuse)
+    assert isinstance(caught.value, EnvError) and caught.value.exc_type == "ValueError"
+    with pytest.raises(ZeroDivisionError):
+        penv.customized_method("divide", data=[0, 0])
+    with pytest.raises(KeyError) as caught:
+        penv.customized_method(look_up, id=[1])
+    assert str(caught.value) == "env 1 raised KeyError in look_up(): 'missing'"  # not quoted, as KeyError's own str is
+
+
+def test_env_errors_for_other_exception_types_are_plain_env_errors():
+    assert type(EnvError.of(1, "make", "OSError", "no display", "Traceback ...")) is EnvError
+    assert type(EnvError.of(1, "step", "gymnasium.error.InvalidAction", "no", "Traceback ...")) is EnvError
+    error = EnvError.of(2, "step", "IndexError", "out", "Traceback ...")
+    error.results = {0: 5}
+    assert type(error) is parallelenv.errors.EnvIndexError and isinstance(error, IndexError)
+    copied = pickle.loads(pickle.dumps(error))
+    assert type(copied) is type(error) and str(copied) == str(error)
+    assert (copied.env_index, copied.method, copied.exc_type, copied.results) == (2, "step", "IndexError", {0: 5})
+
+
+def test_misuse_errors_are_also_gymnasiums_own(no_leaks):
+    penv = ParallelEnv([counting(0), counting(1)], para_mode="dummy", asynchronous="restart")
+    penv.reset(seed=0)
+    with pytest.raises(gym.error.NoAsyncCallError):
+        penv.recv()
+    penv.send([0, 0])
+    with pytest.raises(gym.error.AlreadyPendingCallError) as caught:
+        penv.send([1, 1])
+    assert caught.value.name == "step"
+    penv.recv()
+    penv.close()
+    with pytest.raises(gym.error.ClosedEnvironmentError):
+        penv.reset()
+    for ours, theirs in [(parallelenv.ClosedError, gym.error.ClosedEnvironmentError),
+                         (parallelenv.AlreadyPendingError, gym.error.AlreadyPendingCallError),
+                         (parallelenv.NoPendingCallError, gym.error.NoAsyncCallError)]:
+        assert issubclass(ours, ParallelEnvError) and issubclass(ours, theirs)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+import functools
+import re
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import RenderingEnv, counting
-from gymnasium.vector import AutoresetMode, VectorEnv
+from envs import CountingEnv, RenderingEnv, counting
+from gymnasium.utils.env_checker import data_equivalence
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers.vector import (
     ClipAction,
     DictInfoToList,
@@ -18,6 +24,7 @@ from gymnasium.wrappers.vector import (
 
 from parallelenv import ClosedError, EnvError
 from parallelenv.arguments import env_seeds
+from parallelenv.integrations.gymnasium import GymnasiumVectorEnv
 
 # The tensor backend is left out: the Gymnasium view hands NumPy arrays to NumPy wrappers.
 pytestmark = [pytest.mark.local_backends, pytest.mark.numpy_backends]
@@ -141,9 +148,11 @@ def test_bad_use_is_refused_clearly(make_penv):
     with pytest.raises(ValueError, match="asynchronous=None has no Gymnasium autoreset mode"):
         make_penv([counting(0)]).as_gymnasium()  # None is the default policy
     penv = make_penv([counting(0), counting(1)], asynchronous="restart")
+    with pytest.raises(ValueError, match="autoreset_mode=AutoresetMode.DISABLED is not what asynchronous='restart' does"):
+        GymnasiumVectorEnv(penv, autoreset_mode=AutoresetMode.DISABLED)
+    with pytest.raises(ValueError, match="'Sometimes' is not a valid AutoresetMode"):
+        GymnasiumVectorEnv(penv, autoreset_mode="Sometimes")
     envs = penv.as_gymnasium()
-    with pytest.raises(ValueError, match="reset_mask"):
-        envs.reset(options={"reset_mask": np.array([True, False])})
     envs.reset(seed=0)
     with pytest.raises(ValueError, match="actions has shape \\(3,\\); expected \\(2,\\)"):
         envs.step(np.array([0, 1, 2]))
@@ -151,6 +160,8 @@ def test_bad_use_is_refused_clearly(make_penv):
     assert envs.closed
     with pytest.raises(ClosedError):
         penv.reset()
+    with pytest.raises(gym.error.ClosedEnvironmentError):  # what code written for Gymnasium catches
+        envs.reset()
 
 
 def test_reward_action_and_info_wrappers_stack_on_the_view(make_penv):
@@ -165,3 +176,176 @@ def test_reward_action_and_info_wrappers_stack_on_the_view(make_penv):
         assert np.abs(obs).max() <= 1.0 + 1e-6
     assert isinstance(infos, list) and len(infos) == 2
     assert list(stats.length_queue) == [200, 200]
+
+
+# ---------------------------------------------------------------- against Gymnasium's own SyncVectorEnv
+
+
+class SpaceEnv(gym.Env):
+    """Obs drawn from ``space`` (seeded by ``tag``, whatever the reset seed); episodes last ``episode_length`` steps.
+
+    Infos carry a Python int and an ``np.int32``, so that their dtypes show;
+    with ``python_obs`` the obs is a Python int, as toy-text envs return it.
+    """
+
+    def __init__(self, space: gym.Space, episode_length: int, tag: int, python_obs: bool = False) -> None:
+        self.observation_space = copy.deepcopy(space)  # its own RNG, seeded below
+        self.action_space = gym.spaces.Discrete(3)
+        self.episode_length = episode_length
+        self.python_obs = python_obs
+        self.count = self.resets = 0
+        self.observation_space.seed(tag)
+
+    def _obs(self) -> Any:
+        return int(self.count) if self.python_obs else self.observation_space.sample()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.count, self.resets = 0, self.resets + 1
+        return self._obs(), {"resets": self.resets, "options": options} if options else {"resets": self.resets}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.count += 1
+        done = self.count >= self.episode_length
+        info = {"count": self.count, "small": np.int32(self.count)} if self.count % 2 else {}
+        return self._obs(), float(action), done, False, info
+
+
+SPACES = {
+    "Discrete(4, start=1, int32)": gym.spaces.Discrete(4, start=1, dtype=np.int32),
+    "Dict": gym.spaces.Dict({"position": gym.spaces.Discrete(5, dtype=np.int32),
+                             "velocity": gym.spaces.Box(0.0, 1.0, (2,), np.float64)}),
+    "Tuple": gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32))),
+    "Box": gym.spaces.Box(0.0, 1.0, (3,), np.float32),
+    "Python int obs": gym.spaces.Discrete(5),
+}
+
+
+def space_envs(space_name: str, lengths: tuple[int, ...] = (2, 3, 5)) -> list[Any]:
+    space = SPACES[space_name]
+    python_obs = space_name == "Python int obs"
+    return [functools.partial(SpaceEnv, space, length, tag, python_obs) for tag, length in enumerate(lengths)]
+
+
+def assert_same(ours: Any, theirs: Any, what: str) -> None:
+    assert data_equivalence(ours, theirs, exact=True), f"{what}:\nours   {ours!r}\ntheirs {theirs!r}"
+
+
+def same_as_sync_vector_env(ours: VectorEnv, theirs: VectorEnv, script: list[tuple[str, Any]]) -> None:
+    """Run ``script`` (``("step", actions)`` or ``("reset", kwargs)``) on both; every return value must be equal."""
+    for t, (call, argument) in enumerate(script):
+        if call == "step":
+            outputs = ours.step(argument), theirs.step(argument)
+        else:  # each its own copy: SyncVectorEnv pops reset_mask out of the options it is given
+            outputs = ours.reset(**copy.deepcopy(argument)), theirs.reset(**copy.deepcopy(argument))
+        for name, mine, their in zip(("obs", "reward", "terminated", "truncated", "info"), *outputs, strict=False):
+            assert_same(mine, their, f"{call} {t}: {name}")
+    ours.close()
+    theirs.close()
+
+
+@pytest.mark.parametrize("space_name", sorted(SPACES))
+def test_same_step_final_obs_and_final_info_are_sync_vector_envs(make_penv, space_name):
+    ours = make_penv(space_envs(space_name), asynchronous="restart").as_gymnasium()
+    theirs = SyncVectorEnv(space_envs(space_name), autoreset_mode=AutoresetMode.SAME_STEP)
+    script = [("reset", {"seed": [1, 2, 3]})] + [("step", np.array([0, 1, 2]))] * 7
+    same_as_sync_vector_env(ours, theirs, script)
+
+
+def test_final_obs_is_none_where_no_episode_ended(make_penv):
+    envs = make_penv(space_envs("Dict"), asynchronous="restart").as_gymnasium()
+    envs.reset(seed=0)
+    envs.step(np.array([0, 0, 0]))
+    *_, info = envs.step(np.array([0, 0, 0]))  # env 0 ends (length 2)
+    assert info["final_obs"].dtype == object and info["final_obs"].shape == (3,)
+    assert info["final_obs"][1] is None and info["final_obs"][2] is None
+    assert info["final_obs"][0] in envs.single_observation_space
+    assert info["_final_obs"].tolist() == info["_final_info"].tolist() == [True, False, False]
+
+
+@pytest.mark.parametrize("space_name", ["Dict", "Python int obs"])
+def test_disabled_autoreset_resets_what_reset_mask_names_as_sync_vector_env_does(make_penv, space_name):
+    ours = GymnasiumVectorEnv(make_penv(space_envs(space_name), asynchronous="continue"),
+                              autoreset_mode=AutoresetMode.DISABLED)
+    assert ours.metadata["autoreset_mode"] is AutoresetMode.DISABLED
+    theirs = SyncVectorEnv(space_envs(space_name), autoreset_mode=AutoresetMode.DISABLED)
+    step = ("step", np.array([1, 2, 0]))
+
+    def reset_mask(*mask: bool, seed: Any = None, **options: Any) -> tuple[str, dict[str, Any]]:
+        return "reset", {"seed": seed, "options": {**options, "reset_mask": np.array(mask)}}
+
+    script = [  # episode lengths 2, 3, 5
+        ("reset", {"seed": [4, 5, 6]}),
+        step, step,  # env 0 ends
+        reset_mask(True, False, False),
+        step,  # env 1 ends
+        reset_mask(False, True, False, seed=[7, 8, 9], x=1),
+        step,  # env 0 ends
+        reset_mask(True, False, False),
+        step,  # env 2 ends
+        reset_mask(False, False, True),
+        step,  # envs 0 and 1 end
+        reset_mask(True, True, False),
+        step,
+        ("reset", {"seed": [1, 2, 3]}),  # every env, no mask
+        step,
+    ]
+    same_as_sync_vector_env(ours, theirs, script)
+
+
+@pytest.mark.parametrize("asynchronous", ["restart", "idle"])
+def test_reset_mask_works_in_the_other_modes_too(make_penv, asynchronous):
+    mode = AutoresetMode.SAME_STEP if asynchronous == "restart" else AutoresetMode.NEXT_STEP
+    ours = make_penv(space_envs("Box"), asynchronous=asynchronous).as_gymnasium()
+    theirs = SyncVectorEnv(space_envs("Box"), autoreset_mode=mode)
+    step = ("step", np.array([2, 1, 0]))
+    script = [("reset", {"seed": [4, 5, 6]}), step, step, step,
+              ("reset", {"options": {"reset_mask": np.array([False, True, True])}}), step, step]
+    same_as_sync_vector_env(ours, theirs, script)
+
+
+def test_disabled_autoreset_refuses_to_step_an_env_that_ended(make_penv):
+    envs = GymnasiumVectorEnv(make_penv([counting(0, 2), counting(1, 5)], asynchronous="continue"),
+                              autoreset_mode="Disabled")
+    envs.reset(seed=0)
+    envs.step(np.array([1, 1]))
+    *_, terminated, _, _ = envs.step(np.array([1, 1]))
+    assert terminated.tolist() == [True, False]
+    with pytest.raises(ValueError, match=r"envs \[0\] ended and were not reset"):
+        envs.step(np.array([1, 1]))
+    obs, _ = envs.reset(options={"reset_mask": terminated})
+    np.testing.assert_array_equal(obs[:, 1], [0, 2])
+    obs, *_ = envs.step(np.array([1, 1]))
+    np.testing.assert_array_equal(obs[:, 1], [1, 3])
+
+
+BAD_MASKS = {
+    "list": ([True, False], TypeError, "must be a numpy array"),
+    "shape": (np.array([True]), ValueError, re.escape("must have shape `(2,)`, got (1,)")),
+    "dtype": (np.array([1, 0]), TypeError, "must have `dtype=np.bool_`, got int64"),
+    "no env": (np.array([False, False]), ValueError, "at least one True value"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_MASKS))
+def test_bad_reset_masks_are_refused_as_gymnasium_refuses_them(make_penv, case):
+    mask, error, match = BAD_MASKS[case]
+    envs = make_penv([counting(0), counting(1)], asynchronous="continue").as_gymnasium()
+    with pytest.raises(error, match=match):
+        envs.reset(options={"reset_mask": mask})
+    with pytest.raises(ValueError, match="seed has 3 entries for 2 envs"):
+        envs.reset(seed=[1, 2, 3], options={"reset_mask": np.array([True, False])})
+
+
+def test_np_random_seed_is_each_envs_seed(make_penv):
+    envs = make_penv([counting(0), counting(1), counting(2)], asynchronous="restart").as_gymnasium()
+    envs.reset(seed=[11, 12, 13])
+    assert envs.np_random_seed == (11, 12, 13) == envs.get_attr("np_random_seed")
+    envs.reset(options={"reset_mask": np.array([False, True, False])}, seed=[0, 20, 0])
+    assert envs.np_random_seed == (11, 20, 13)
+    expected = []
+    for tag, seed in enumerate((11, 20, 13)):
+        env = CountingEnv(tag)
+        env.reset(seed=seed)
+        expected.append(env.np_random.bit_generator.state)
+    assert [rng.bit_generator.state for rng in envs.np_random] == expected

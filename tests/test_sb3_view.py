@@ -169,3 +169,19 @@ def test_ppo_learns_cartpole_through_the_view_over_subproc(no_leaks, one_torch_t
     finally:
         venv.close()
     assert mean_return >= 150, f"PPO reached a mean return of {mean_return} only"
+
+
+def test_negative_indices_count_from_the_end_as_in_sb3(make_penv):
+    venv = SB3VecEnv(make_penv([counting(0), counting(1), counting(2)], asynchronous="restart"))
+    venv.reset()
+    assert venv.env_method("set_wrapper_attr", "gravity", 1.5, indices=[0, -1]) == [True, True]
+    assert venv.get_attr("gravity") == [1.5, 9.8, 1.5]
+    assert venv.get_attr("tag", indices=[-1]) == [2]
+    assert venv.get_attr("tag", indices=-2) == [1]
+    venv.set_attr("gravity", 3.0, indices=-2)
+    assert venv.get_attr("gravity", indices=range(-3, 0)) == [1.5, 3.0, 1.5]
+    assert venv.env_is_wrapped(Monitor, indices=[-1]) == [False]
+    with pytest.raises(IndexError, match="index -4 is out of range for 3 envs"):
+        venv.get_attr("tag", indices=[-4])
+    with pytest.raises(IndexError, match="index 3 is out of range for 3 envs"):
+        venv.env_method("double", 1, indices=3)

@@ -1,20 +1,26 @@
 """A ParallelEnv seen as a ``gymnasium.vector.VectorEnv``, for code and wrappers written for Gymnasium.
 
-The autoreset mode follows the ParallelEnv's ``asynchronous`` policy (``penv.policy.autoreset_mode()``):
+Which Gymnasium autoreset modes each ``asynchronous`` policy serves (the
+first is the view's default; pick another with ``autoreset_mode=``):
 
-- ``"restart"`` is Gymnasium's ``AutoresetMode.SAME_STEP``: a finished env
-  is reset in the step that finishes it; ``info["final_obs"]`` and
-  ``info["final_info"]`` (with their ``_`` masks) hold the ended episode's
-  last obs and info, and the top-level info of such an env is its reset's
-  info, as Gymnasium's own vector envs report it.
-- ``"idle"`` and ``"continue"`` are ``AutoresetMode.NEXT_STEP``: the step that
+- ``"restart"``: ``AutoresetMode.SAME_STEP``. A finished env is reset in the
+  step that finishes it; ``info["final_obs"]`` is an object array holding
+  each ended episode's last obs as the env returned it (None for the other
+  envs) and ``info["final_info"]`` its last info, both with their ``_``
+  masks, and the top-level info of such an env is its reset's info: as
+  Gymnasium's own vector envs report it.
+- ``"idle"`` and ``"continue"``: ``AutoresetMode.NEXT_STEP``. The step that
   finishes an env returns its real last obs; the next step resets it
   (reward 0, not terminated, not truncated, the reset's obs and info) and
-  ignores its action. This is the mode ``NormalizeObservation`` and the other
-  observation wrappers require.
+  ignores its action. This is the mode ``NormalizeObservation`` and the
+  other observation wrappers require. Or ``AutoresetMode.DISABLED``: nothing
+  resets a finished env but ``reset(options={"reset_mask": mask})``, which
+  resets the envs of the mask only; stepping a finished env before that is
+  refused, as Gymnasium refuses it.
 - ``None`` (one env finishing finishes all, the ParallelEnv's default)
-  matches no Gymnasium mode and is refused: build the ParallelEnv with
-  ``asynchronous="restart"``, ``"idle"`` or ``"continue"``.
+  matches no Gymnasium mode and is refused.
+
+``reset(options={"reset_mask": mask})`` works in every mode.
 """
 
 from __future__ import annotations
@@ -26,19 +32,45 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from parallelenv.batching import allocate, check_batch, put, take, zeros
 from parallelenv.calls import Arguments
-from parallelenv.infos import ended_states, env_info, reset_info, step_info, vector_info
+from parallelenv.infos import RESTART_KEYS
 from parallelenv.parallel_env import ParallelEnv
+from parallelenv.policies import Policy
+
+# NumPy's dtypes for Python's own scalars: a 0-d info value of one of these
+# was most likely the Python scalar itself when the env returned it.
+_PYTHON_SCALAR_DTYPES = frozenset({np.dtype(bool), np.dtype(int), np.dtype(float)})
+
+
+def autoreset_modes(policy: Policy) -> tuple[AutoresetMode, ...]:
+    """The Gymnasium autoreset modes a view over ``policy`` can serve, its default first.
+
+    A policy that leaves finished envs to the caller (``"idle"``, ``"continue"``)
+    serves DISABLED too: the view then resets only what ``reset_mask`` names.
+    """
+    default = policy.autoreset_mode()  # a ValueError for a policy with none
+    if not policy.restarts_finished_envs and not policy.ends_all:
+        return default, AutoresetMode.DISABLED
+    return (default,)
 
 
 class GymnasiumVectorEnv(VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` over a ParallelEnv; closing it closes the ParallelEnv.
+
+    Args:
+        penv: the ParallelEnv; its ``asynchronous`` policy decides which
+            autoreset modes the view can serve (see the module's docstring).
+        autoreset_mode: one of those (an ``AutoresetMode`` or its value);
+            None takes the policy's default.
 
     Seeds differ from ``SyncVectorEnv``'s ``seed + i``: an int seed gives env
     ``i`` the child ``i`` of ``SeedSequence(seed)``, as ``ParallelEnv.reset`` does.
 
     Example:
         >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> from gymnasium.vector import AutoresetMode
         >>> from parallelenv import ParallelEnv
+        >>> from parallelenv.integrations.gymnasium import GymnasiumVectorEnv
         >>> envs = ParallelEnv.make("CartPole-v1", num_envs=4, para_mode="dummy", asynchronous="restart").as_gymnasium()
         >>> envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
         >>> obs, info = envs.reset(seed=0)
@@ -46,10 +78,22 @@ class GymnasiumVectorEnv(VectorEnv):
         >>> envs.metadata["autoreset_mode"]
         <AutoresetMode.SAME_STEP: 'SameStep'>
         >>> envs.close()
+        >>> penv = ParallelEnv.make("CartPole-v1", num_envs=2, para_mode="dummy", asynchronous="continue")
+        >>> envs = GymnasiumVectorEnv(penv, autoreset_mode=AutoresetMode.DISABLED)
+        >>> obs, info = envs.reset(seed=0)
+        >>> obs, info = envs.reset(options={"reset_mask": np.array([True, False])})  # env 0 only
+        >>> envs.close()
     """
 
-    def __init__(self, penv: ParallelEnv) -> None:
-        mode = penv.policy.autoreset_mode()
+    def __init__(self, penv: ParallelEnv, autoreset_mode: AutoresetMode | str | None = None) -> None:
+        modes = autoreset_modes(penv.policy)
+        mode = modes[0] if autoreset_mode is None else AutoresetMode(autoreset_mode)
+        if mode not in modes:
+            served = " or ".join(str(served_mode) for served_mode in modes)
+            raise ValueError(
+                f"autoreset_mode={mode} is not what asynchronous={penv.policy.name!r} does: it serves {served}. "
+                "SAME_STEP is asynchronous='restart'; NEXT_STEP and DISABLED are 'idle' or 'continue'"
+            )
         self.penv = penv
         self.num_envs = len(penv)
         self.single_observation_space = penv.single_observation_space
@@ -61,31 +105,71 @@ class GymnasiumVectorEnv(VectorEnv):
         env_metadata = penv.get_env_attr("metadata", id=0)[0] or {}
         self.metadata = {**env_metadata, "autoreset_mode": mode}
         self.autoreset_mode = mode
-        self._autoreset = np.zeros(self.num_envs, dtype=bool)  # NEXT_STEP: reset these in the next step
+        # NEXT_STEP: the envs to reset in the next step; DISABLED: the envs reset_mask must reset before they step.
+        self._finished = np.zeros(self.num_envs, dtype=bool)
+        # The observations last returned: a reset_mask reset returns them for the envs it leaves alone.
+        self._obs = allocate(self.single_observation_space, self.num_envs, zeros)
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        """Each env's ``np_random_seed``, as ``SyncVectorEnv`` and ``AsyncVectorEnv`` report it."""
+        return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:
+        """Each env's ``np_random`` (copies, from the process backends), as Gymnasium's vector envs report it."""
+        return self.get_attr("np_random")
 
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        """Reset every env; ``seed`` is an int, a list with one per env, or None."""
-        if options and "reset_mask" in options:
-            raise ValueError("options['reset_mask'] is not supported: reset envs by id with ParallelEnv.reset")
-        self._autoreset[:] = False
-        return self.penv.reset(seed=seed, options=options)
+        """Reset every env, or those of ``options["reset_mask"]``; ``seed`` is an int, a list with one per env, or None."""
+        if options is not None and "reset_mask" in options:
+            options = dict(options)
+            mask = _reset_mask(options.pop("reset_mask"), self.num_envs)
+            return self._reset_masked(mask, seed, options)
+        self._finished[:] = False
+        self._obs, info = self.penv.reset(seed=seed, options=options)
+        return self._obs, info
+
+    def _reset_masked(self, mask: np.ndarray, seed: Any, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """Reset the envs of ``mask``; the others keep the obs last returned and report no info."""
+        ids = np.flatnonzero(mask)
+        if isinstance(seed, (list, tuple)):
+            if len(seed) != self.num_envs:
+                raise ValueError(f"seed has {len(seed)} entries for {self.num_envs} envs")
+            seed = [seed[i] for i in ids.tolist()]
+        reset_obs, info = self.penv.reset(seed=seed, options=options, id=ids)
+        obs = take(self._obs, None)
+        put(obs, ids, reset_obs)
+        self._finished[ids] = False
+        self._obs = obs
+        return obs, _spread(info, ids, self.num_envs)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+        mode = self.autoreset_mode
+        if mode is AutoresetMode.SAME_STEP:
             obs, reward, terminated, truncated, info = self.penv.step(actions)
-            return obs, reward, terminated, truncated, _same_step_info(info, self.num_envs)
-        if not self._autoreset.any():
+            result = obs, reward, terminated, truncated, self._same_step_info(info)
+        elif mode is AutoresetMode.DISABLED:
+            if self._finished.any():
+                raise ValueError(
+                    f"envs {np.flatnonzero(self._finished).tolist()} ended and were not reset: with "
+                    "AutoresetMode.DISABLED, reset them with reset(options={'reset_mask': mask}) before stepping"
+                )
             result = self.penv.step(actions)
-        else:
+        elif self._finished.any():
             result = self._reset_and_step(actions)
-        self._autoreset = result[2] | result[3]
+        else:
+            result = self.penv.step(actions)
+        if mode is not AutoresetMode.SAME_STEP:
+            self._finished = result[2] | result[3]
+        self._obs = result[0]
         return result
 
     def _reset_and_step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """NEXT_STEP: reset the envs that finished last step, step the others."""
         n = self.num_envs
         batch = check_batch(self.single_action_space, actions, n)
-        reset_ids, step_ids = np.flatnonzero(self._autoreset), np.flatnonzero(~self._autoreset)
+        reset_ids, step_ids = np.flatnonzero(self._finished), np.flatnonzero(~self._finished)
         obs = allocate(self.single_observation_space, n, zeros)
         reward, terminated, truncated = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         reset_obs, first_info = self.penv.reset(id=reset_ids)
@@ -98,8 +182,27 @@ class GymnasiumVectorEnv(VectorEnv):
             put(obs, step_ids, step_obs)
             reward[step_ids], terminated[step_ids], truncated[step_ids] = step_reward, step_terminated, step_truncated
             parts.append((step_ids, info))
-        merged = [(int(i), env_info(part, p)) for ids, part in parts for p, i in enumerate(ids)]
-        return obs, reward, terminated, truncated, vector_info(sorted(merged, key=lambda pair: pair[0]), n)
+        entries = {i: _entry(part, p) for ids, part in parts for p, i in enumerate(ids.tolist())}
+        infos: dict[str, Any] = {}
+        for i in sorted(entries):
+            infos = self._add_info(infos, entries[i], i)
+        return obs, reward, terminated, truncated, infos
+
+    def _same_step_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        """Gymnasium's SAME_STEP info out of the ``restart`` policy's, merged as ``SyncVectorEnv`` merges it."""
+        ended = info.get("_ended_state")
+        if ended is None:
+            return info
+        infos: dict[str, Any] = {}
+        for p in range(self.num_envs):
+            entry = _entry(info, p)
+            if ended[p]:
+                final_obs, reset_info = entry.pop("ended_state"), entry.pop("reset_info", {})
+                step_info = {key: value for key, value in entry.items() if key not in RESTART_KEYS}
+                infos = self._add_info(infos, {"final_obs": final_obs, "final_info": step_info}, p)
+                entry = reset_info
+            infos = self._add_info(infos, entry, p)
+        return infos
 
     def render(self) -> tuple[Any, ...] | None:
         """Each env's ``render()``."""
@@ -128,15 +231,54 @@ class GymnasiumVectorEnv(VectorEnv):
         self.penv.close()
 
 
-def _same_step_info(info: dict[str, Any], n: int) -> dict[str, Any]:
-    """Gymnasium's SAME_STEP info out of the ``restart`` policy's: ``final_obs`` and ``final_info``."""
-    ended = ended_states(info)
-    if not ended:
-        return info
-    per_env = []
-    for p in range(n):
-        if p in ended:
-            per_env.append((p, {**reset_info(info, p), "final_obs": ended[p], "final_info": step_info(info, p)}))
+def _reset_mask(mask: Any, n: int) -> np.ndarray:
+    """``options["reset_mask"]`` checked as Gymnasium's vector envs check it, with their messages."""
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+    if mask.shape != (n,):
+        raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {mask.shape}")
+    if mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+    if not mask.any():
+        raise ValueError(
+            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}"
+        )
+    return mask
+
+
+def _spread(info: dict[str, Any], ids: np.ndarray, n: int) -> dict[str, Any]:
+    """A vector info over the envs ``ids`` (in that order) as one over all ``n`` envs, the others unset."""
+    spread: dict[str, Any] = {}
+    for key, value in info.items():
+        if isinstance(value, dict):
+            spread[key] = _spread(value, ids, n)
+            continue
+        if value.dtype == object:
+            full = np.full(n, None, dtype=object)
         else:
-            per_env.append((p, env_info(info, p)))
-    return vector_info(per_env, n)
+            full = np.zeros((n, *value.shape[1:]), dtype=value.dtype)
+        full[ids] = value
+        spread[key] = full
+    return spread
+
+
+def _entry(info: dict[str, Any], position: int) -> dict[str, Any]:
+    """The info of the env at ``position`` out of a vector info, each value as the env most likely gave it.
+
+    Arrays keep their rows and NumPy scalars their dtype (an ``np.int32``
+    stays one); a 0-d value of Python's own int, float or bool dtype becomes
+    that Python scalar.
+    """
+    entry: dict[str, Any] = {}
+    for key, value in info.items():
+        if key.startswith("_"):
+            continue
+        mask = info.get("_" + key)
+        if mask is not None and not mask[position]:
+            continue
+        if isinstance(value, dict):
+            entry[key] = _entry(value, position)
+            continue
+        item = value[position]
+        entry[key] = item.item() if isinstance(item, np.generic) and item.dtype in _PYTHON_SCALAR_DTYPES else item
+    return entry

@@ -10,7 +10,8 @@ resets the finished envs itself after the step. ``None`` (one env finishing
 finishes all, the ParallelEnv's default) has no SB3 equivalent and is
 refused: build the ParallelEnv with one of the other three. ``reset_infos`` holds
 each env's latest reset info (under ``"restart"``, the env host's
-``info["reset_info"]``).
+``info["reset_info"]``). ``indices`` are Python list indices, as in SB3's own
+VecEnvs: negative ones count from the end.
 """
 
 from __future__ import annotations
@@ -124,4 +125,12 @@ class SB3VecEnv(VecEnv):
         return self.penv.customized_method("render")
 
     def _ids(self, indices: VecEnvIndices) -> list[int]:
-        return [int(i) for i in self._get_indices(indices)]
+        """``indices`` as env ids: negative ones count from the end, as in SB3's VecEnvs (Python list indices)."""
+        envs = range(self.num_envs)
+        ids = []
+        for index in self._get_indices(indices):
+            try:
+                ids.append(envs[int(index)])
+            except IndexError:
+                raise IndexError(f"index {index} is out of range for {self.num_envs} envs") from None
+        return ids

@@ -1,0 +1,3 @@
+from compat.run import main
+
+raise SystemExit(main())
