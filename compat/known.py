@@ -98,10 +98,6 @@ NOT_OURS: list[Known] = [
 PICKLED_PATH = "issue 16's item on a pickled path beside the shared-memory one"
 DYNAMIC = f"spaces of dynamic shape (Graph, Sequence, Text, OneOf): {PICKLED_PATH}"
 CUSTOM_SPACE = f"a custom Space subclass, of no fixed shape: {PICKLED_PATH}"
-RUNTIME_ERROR = (
-    "envs with different spaces: Gymnasium raises RuntimeError, ours SpaceMismatch, a ValueError only; needs "
-    "SpaceMismatch(ValueError, RuntimeError) in parallelenv/backends/env_host.py"
-)
 
 OURS_PENDING: list[Known] = [
     Known("gymnasium", VECTOR + "test_vector_obs_action_spaces", DYNAMIC, params=DYNAMIC_SPACES),
@@ -110,11 +106,6 @@ OURS_PENDING: list[Known] = [
     Known("gymnasium", ASYNC + "test_custom_space_async_vector_env", CUSTOM_SPACE),
     Known("gymnasium", ASYNC + "test_custom_space_async_vector_env_shared_memory",
           CUSTOM_SPACE + "; expects the ValueError of AsyncVectorEnv(shared_memory=True), ours is a TypeError"),
-    Known("gymnasium", ASYNC + "test_check_spaces_async_vector_env", RUNTIME_ERROR),
-    Known("gymnasium", OBS_MODES + "test_mixed_observation_spaces", RUNTIME_ERROR, params=("same-",)),
-    Known("gymnasium", VECTOR + "test_action_count_compatibility",
-          "step(0), a scalar where a batch of actions is due: Gymnasium raises TypeError, ours ValueError "
-          "('actions has shape ()'); needs check_batch in parallelenv/batching.py to raise TypeError for 0-d actions"),
 ]
 
 

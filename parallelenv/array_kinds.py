@@ -149,6 +149,9 @@ class TorchArrays(NumpyArrays):
                     and actions.shape[1:] == self._action_row_shape):
                 return actions  # the hot path: the batch as the env takes it
             expected = (count, *self._action_row_shape)
+            if actions.dim() == 0:
+                raise TypeError(f"actions is the single value {actions!r}; expected a batch of shape {expected}, "
+                                f"one row per env ({count} envs of {space})")
             if actions.shape != expected:
                 raise ValueError(f"actions has shape {tuple(actions.shape)}; expected {expected} "
                                  f"({count} envs of {space})")

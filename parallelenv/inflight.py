@@ -95,9 +95,9 @@ class InFlight:
         ids = selection.ids
         busy = ids[self.state[ids] != IDLE]
         if busy.size:
-            raise AlreadyPendingError(
-                f"{doing} envs {busy.tolist()} whose previous call has not been received: recv() first"
-            )
+            named = busy[:8].tolist()
+            envs = f"envs {named}" if busy.size <= 8 else f"{busy.size} envs ({str(named)[:-1]}, ...])"
+            raise AlreadyPendingError(f"{doing} {envs} whose previous call has not been received: recv() first")
 
     def answered(self, selection: Selection) -> Callable[[], bool]:
         """The condition "no env of ``selection`` is still pending"."""

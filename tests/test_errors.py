@@ -544,6 +544,29 @@ def test_mixed_action_spaces_name_the_env(make_penv, num_envs, other_at):
         make_penv(envs)
 
 
+def test_envs_of_different_spaces_are_also_gymnasiums_runtime_error(no_leaks):
+    """Gymnasium's vector envs raise RuntimeError for them: code written for those still catches ours."""
+    with pytest.raises(RuntimeError, match=r"env 1 has action_space"):
+        ParallelEnv([counting(0), lambda: OtherSpaceEnv(1)], para_mode="dummy")
+
+
+def test_one_action_where_a_batch_is_due_is_a_type_error(make_penv):
+    penv = make_penv([counting(i) for i in range(2)])
+    penv.reset(seed=0)
+    with pytest.raises(TypeError, match=r"actions is the single value .*expected a batch of shape \(2,\)"):
+        penv.step(np.int64(1))
+    penv.step(np.ones(2, dtype=np.int64))  # nothing was sent: the envs still step
+
+
+def test_a_busy_error_names_a_few_envs_not_all_of_them(no_leaks):
+    with ParallelEnv([counting(i) for i in range(20)], para_mode="dummy") as penv:
+        penv.reset(seed=0)
+        penv.send(np.ones(20, dtype=np.int64))
+        with pytest.raises(parallelenv.AlreadyPendingError, match=r"send to 20 envs \(\[0, 1, 2, 3, 4, 5, 6, 7, \.\.\.\]\)"):
+            penv.send(np.ones(20, dtype=np.int64))
+        penv.recv()
+
+
 @pytest.mark.parametrize(
     ("option", "value"), [("num_cpus", 0), ("num_cpus", "4"), ("call_timeout", 0), ("call_timeout", -1.0)]
 )

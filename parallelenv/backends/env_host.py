@@ -91,8 +91,11 @@ SpacePair = tuple[gym.Space, gym.Space]
 ROW_BY_ROW_BYTES = 4096
 
 
-class SpaceMismatch(ValueError):
-    """Env ``env_id`` has other spaces than env ``reference_id``: all envs must share theirs."""
+class SpaceMismatch(ValueError, RuntimeError):
+    """Env ``env_id`` has other spaces than env ``reference_id``: all envs must share theirs.
+
+    Also a RuntimeError, which Gymnasium's vector envs raise for envs of different spaces.
+    """
 
     def __init__(self, env_id: int, kind: str, mine: gym.Space, reference_id: int, reference: gym.Space) -> None:
         super().__init__(
