@@ -188,7 +188,7 @@ def _check_array(space: spaces.Space, values: Any, n: int, what: str) -> np.ndar
         raise ValueError(f"{what} cannot form an array of shape {(n, *_shape(space))}: {exc}") from None
     expected = (n, *_shape(space))
     if array.ndim == 0:  # a TypeError, as Gymnasium's vector envs raise for one action where a batch is due
-        raise TypeError(f"{what} is the single value {values!r}; expected a batch of shape {expected}, one row "
+        raise TypeError(f"{what} is the single value {array.item()!r}; expected a batch of shape {expected}, one row "
                         f"per env ({n} envs of {space})")
     if array.shape != expected:
         raise ValueError(f"{what} has shape {array.shape}; expected {expected} ({n} envs of {space})")

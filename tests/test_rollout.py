@@ -269,7 +269,8 @@ def test_update_agent_takes_a_callable_or_parameters(make_penv):
         (lambda obs: np.zeros(3, np.int64), ValueError, r"the policy's actions has shape \(3,\); expected \(2,\)"),
         (lambda obs: np.array([0, 7]), ValueError, r"the policy's actions\[1\] = 7 is outside Discrete\(5\)"),
         (lambda obs: np.array([0.5, 1.0]), TypeError, "the policy's actions of dtype float64 cannot be cast"),
-        (lambda obs: None, ValueError, r"the policy's actions has shape \(\)"),
+        # One value where a batch is due is a TypeError, as Gymnasium's vector envs raise.
+        (lambda obs: None, TypeError, r"the policy's actions is the single value None; expected a batch"),
     ],
 )
 def test_bad_policy_outputs_are_named(make_penv, policy, error, message):
