@@ -188,9 +188,6 @@ class TorchArrays(NumpyArrays):
         index = self._index(selection.ids)
         return buffers.obs[index], buffers.reward[index], buffers.terminated[index], buffers.truncated[index]
 
-    def to_list(self, array: Any) -> list[Any]:
-        return array.tolist()
-
     def fill_none_results(self, obs: Any, step_arrays: tuple[Any, Any, Any], info: dict[str, Any],
                           none_result: Any) -> None:
         """As for NumPy, as masked writes: whether any env is finished is not read from the device.
