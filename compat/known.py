@@ -53,7 +53,6 @@ OBSERVATION_MODE = (
     "observation_mode='different' or a custom batched space is a peer-only API: a ParallelEnv's envs share one "
     "observation space, which fixes its shared buffers"
 )
-DYNAMIC_SPACES = ("Graph(", "Sequence(", "Text(", "OneOf(")
 ENVS_LIST = "reads the peer's .envs, its list of env objects: the envs of a ParallelEnv may live in other processes"
 
 NOT_OURS: list[Known] = [
@@ -93,20 +92,13 @@ NOT_OURS: list[Known] = [
     Known("sb3", SB3 + "test_framestack_vecenv",
           "steps a uint8 Box action space with float64 zeros: a ParallelEnv refuses actions that do not cast safely "
           "to the action space's dtype (they go into typed, possibly shared, buffers; tests/test_errors.py)"),
-]
-
-PICKLED_PATH = "issue 16's item on a pickled path beside the shared-memory one"
-DYNAMIC = f"spaces of dynamic shape (Graph, Sequence, Text, OneOf): {PICKLED_PATH}"
-CUSTOM_SPACE = f"a custom Space subclass, of no fixed shape: {PICKLED_PATH}"
-
-OURS_PENDING: list[Known] = [
-    Known("gymnasium", VECTOR + "test_vector_obs_action_spaces", DYNAMIC, params=DYNAMIC_SPACES),
-    Known("gymnasium", GYM + "test_autoreset_mode.py::test_same_step_final_obs", DYNAMIC, params=DYNAMIC_SPACES),
-    Known("gymnasium", GYM + "test_sync_vector_env.py::test_custom_space_sync_vector_env", CUSTOM_SPACE),
-    Known("gymnasium", ASYNC + "test_custom_space_async_vector_env", CUSTOM_SPACE),
     Known("gymnasium", ASYNC + "test_custom_space_async_vector_env_shared_memory",
-          CUSTOM_SPACE + "; expects the ValueError of AsyncVectorEnv(shared_memory=True), ours is a TypeError"),
+          "expects AsyncVectorEnv(shared_memory=True) to refuse a custom space of no fixed shape; a ParallelEnv has "
+          "no shared_memory switch: it keeps the fixed-shape parts in shared memory and sends the others pickled "
+          "beside them (compat/shim.py)"),
 ]
+
+OURS_PENDING: list[Known] = []
 
 
 def find(entries: list[Known], peer: str, nodeid: str, para_mode: str) -> Known | None:

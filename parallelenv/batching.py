@@ -4,6 +4,14 @@ Observations and actions of every env live in one row each of arrays shaped
 like ``gymnasium.vector.utils.batch_space``. The arrays can be placed in any
 buffer (shared memory for the subprocess backend) through an allocator, and
 are nested dicts/tuples of arrays for Dict and Tuple spaces.
+
+A space of no fixed shape (Graph, Sequence, Text, OneOf, a custom ``Space``
+subclass) has no rows of bytes to preallocate: its part is a 1-D object
+array, one Python value per env, which Gymnasium batches as a tuple of
+per-env values. Such a part is always private to the process that holds it,
+whatever the allocator (no shared memory can hold Python objects), so a
+backend whose envs run in another process carries its rows in its messages
+(:func:`private_parts`).
 """
 
 from __future__ import annotations
@@ -21,16 +29,30 @@ ALIGNMENT = 64  # cache-line aligned rows keep workers from sharing lines at the
 
 
 class UnsupportedSpaceError(TypeError):
-    """The space has no fixed shape, so it cannot live in a preallocated buffer."""
+    """What was given as a space is not a ``gymnasium.spaces.Space``."""
 
 
 @singledispatch
 def allocate(space: spaces.Space, n: int, alloc: Allocator) -> Batched:
     """Allocate arrays holding ``n`` elements of ``space``."""
-    raise UnsupportedSpaceError(
-        f"{space} is not supported: parallelenv batches fixed-shape spaces "
-        "(Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of them)"
-    )
+    raise UnsupportedSpaceError(f"{space!r} is not a gymnasium.spaces.Space")
+
+
+@allocate.register(spaces.Space)
+def _(space: spaces.Space, n: int, alloc: Allocator) -> Batched:
+    # Every space not registered below has no fixed shape, as for Gymnasium's
+    # batch_space, which batches them as a Tuple of per-env spaces.
+    return per_env_objects(n)
+
+
+def per_env_objects(n: int) -> np.ndarray:
+    """The part of ``n`` envs for a space of no fixed shape: one object per env, None until written."""
+    return np.full(n, None, dtype=object)
+
+
+def is_per_env_objects(batched: Any) -> bool:
+    """Whether ``batched`` is a part of no fixed shape (an object array), not an array of fixed-shape rows."""
+    return isinstance(batched, np.ndarray) and batched.dtype.hasobject
 
 
 @allocate.register(spaces.Box)
@@ -130,6 +152,41 @@ def rows_reader(batched: Batched) -> Callable[[Any], list[Any]]:
     return lambda rows: list(zip(*(read(rows) for read in tuple_readers), strict=True))
 
 
+def private_parts(batched: Batched) -> list[np.ndarray]:
+    """The parts of ``batched`` that no shared memory holds (see the module's docstring), in a fixed order."""
+    if isinstance(batched, dict):
+        return [part for sub in batched.values() for part in private_parts(sub)]
+    if isinstance(batched, tuple):
+        return [part for sub in batched for part in private_parts(sub)]
+    return [batched] if is_per_env_objects(batched) else []
+
+
+def read_private_rows(parts: list[np.ndarray], env_ids: tuple[int, ...]) -> list[np.ndarray]:
+    """The rows ``env_ids`` of each private part, to send where another process writes them (:func:`write_private_rows`)."""
+    index = list(env_ids)
+    return [part[index] for part in parts]
+
+
+def write_private_rows(parts: list[np.ndarray], env_ids: tuple[int, ...], rows: list[np.ndarray]) -> None:
+    """Write what :func:`read_private_rows` read in another process into the rows ``env_ids`` of ``parts``."""
+    index = list(env_ids)
+    for part, values in zip(parts, rows, strict=True):
+        part[index] = values
+
+
+def as_gymnasium_batch(batched: Batched) -> Batched:
+    """``batched`` as ``gymnasium.vector.utils.concatenate`` makes it: each part of no fixed shape a tuple.
+
+    Within parallelenv such a part is an object array, which indexes, copies
+    and fills like the other parts; a tuple would read as a Tuple space's parts.
+    """
+    if isinstance(batched, dict):
+        return {key: as_gymnasium_batch(sub) for key, sub in batched.items()}
+    if isinstance(batched, tuple):
+        return tuple(as_gymnasium_batch(sub) for sub in batched)
+    return tuple(batched) if is_per_env_objects(batched) else batched
+
+
 def take(batched: Batched, rows: np.ndarray | None) -> Batched:
     """Copy the given rows (all rows when None) into fresh arrays."""
     if isinstance(batched, dict):
@@ -142,6 +199,8 @@ def take(batched: Batched, rows: np.ndarray | None) -> Batched:
 def put(batched: Batched, rows: np.ndarray | slice, values: Batched) -> None:
     """Write batched ``values`` into ``rows`` of ``batched``."""
     if isinstance(batched, np.ndarray):
+        if batched.dtype.hasobject and not is_per_env_objects(values):
+            values = _objects(values)  # NumPy would read nested sequences as more dimensions
         batched[rows] = values
     elif isinstance(batched, dict):
         for key, sub in batched.items():
@@ -152,8 +211,10 @@ def put(batched: Batched, rows: np.ndarray | slice, values: Batched) -> None:
 
 
 def zero_positions(batched: Batched, positions: np.ndarray) -> None:
-    """Zero the given positions of freshly taken arrays (None results)."""
-    if isinstance(batched, np.ndarray):
+    """Zero the given positions of freshly taken arrays (None results); a part of no fixed shape holds None."""
+    if is_per_env_objects(batched):
+        batched[positions] = None
+    elif isinstance(batched, np.ndarray):
         batched[positions] = 0
     else:
         for sub in batched.values() if isinstance(batched, dict) else batched:
@@ -175,10 +236,33 @@ def check_batch(space: spaces.Space, values: Any, n: int, what: str = "actions")
     """Validate user-given values for ``n`` envs of ``space``; return them batched.
 
     Accepts the batched form (an array with one row per env, or a dict/tuple of
-    such) and, for Dict and Tuple spaces, a list with one value per env.
+    such; for a space of no fixed shape a tuple, list or 1-D array with one
+    value per env) and, for Dict and Tuple spaces, a list with one value per env.
     Raises ValueError/TypeError naming what is wrong before anything is sent.
     """
-    raise UnsupportedSpaceError(f"{what}: {space} is not supported")
+    raise UnsupportedSpaceError(f"{what}: {space!r} is not a gymnasium.spaces.Space")
+
+
+@check_batch.register(spaces.Space)
+def _(space: spaces.Space, values: Any, n: int, what: str = "actions") -> Batched:
+    # What each value holds is the env's to judge, as for Gymnasium's vector
+    # envs: a custom space's contains() may not even take what its env takes.
+    if isinstance(values, (str, bytes)) or not isinstance(values, (tuple, list, np.ndarray)) or (
+        isinstance(values, np.ndarray) and values.ndim == 0
+    ):
+        raise TypeError(f"{what} is {values!r}; expected a tuple, list or 1-D array with one value per env "
+                        f"({n} envs of {space})")
+    if len(values) != n:
+        raise ValueError(f"{what} has {len(values)} values; expected one per env ({n} envs of {space})")
+    return _objects(values)
+
+
+def _objects(values: Any) -> np.ndarray:
+    """A 1-D object array of ``values``, one entry each: a GraphInstance or a sequence stays one entry."""
+    objects = per_env_objects(len(values))
+    for i, value in enumerate(values):
+        objects[i] = value
+    return objects
 
 
 def _check_array(space: spaces.Space, values: Any, n: int, what: str) -> np.ndarray:

@@ -68,7 +68,25 @@ class ReplaceEnv:
     sources: tuple[Any, ...] = field(metadata=PER_ENV)
 
 
-Call = Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv]
+@dataclass(frozen=True)
+class Rebuild:
+    """Close each env named, build a new one from its source in its place, and reset it.
+
+    What ``on_env_error="restart"`` sends for an env that raised: its reply
+    is a reset's (the new episode's first observation in the buffers).
+    """
+
+    env_ids: tuple[int, ...]
+    sources: tuple[Any, ...] = field(metadata=PER_ENV)
+    seeds: tuple[int | None, ...] = field(metadata=PER_ENV)
+
+
+Call = Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv, Rebuild]
+
+
+#: The calls whose replies leave nothing in the buffers; after any other call,
+#: each env that answered has its new observation there.
+NO_RESULT_CALLS = frozenset({GetAttr, SetAttr, CallMethod, ReplaceEnv})
 
 
 class _NoArgument:
@@ -208,7 +226,7 @@ def method_name(call: Call) -> str:
     return type(call).__name__.lower()
 
 
-Message = TypeVar("Message", bound=Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv, Done])
+Message = TypeVar("Message", bound=Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv, Rebuild, Done])
 
 
 def shifted(message: Message, offset: int) -> Message:

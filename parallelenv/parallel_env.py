@@ -24,7 +24,7 @@ from parallelenv import arguments
 from parallelenv.array_kinds import Selection
 from parallelenv.arrays import import_torch, is_tensor
 from parallelenv.backends import BackendConfig, env_maker, resolve_backend
-from parallelenv.backends.base import Backend
+from parallelenv.backends.base import Backend, RestartsWorkers
 from parallelenv.calls import (
     NO_ARGUMENT,
     Call,
@@ -37,6 +37,7 @@ from parallelenv.calls import (
     env_error,
 )
 from parallelenv.errors import ClosedError
+from parallelenv.healing import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW_S, Healing, SurvivedFailure
 from parallelenv.inflight import InFlight, Received
 from parallelenv.policies import Policy, resolve_policy
 from parallelenv.results import batch_results, item_results
@@ -75,8 +76,23 @@ class ParallelEnv:
             the backend gives (NumPy; torch tensors for ``"tensor"``).
         device: where ``output="torch"`` puts results (default ``"cpu"``);
             the tensor backend's results are on its env's device.
+        copy: whether results are the caller's own arrays (True, the
+            default; for ``"tensor"`` the default is False) or, for a call on
+            every env, the backend's result buffers themselves, which the
+            next call overwrites (False: no copy per step), as Gymnasium's
+            ``copy`` argument means.
+        on_worker_failure: ``"raise"`` (the default) or ``"restart"``: a
+            worker that dies or hangs past ``call_timeout`` is replaced, its
+            envs rebuilt and reset, and the step goes on (``subproc``,
+            ``ray``, ``ray-subproc``). README's "Surviving failures" says what
+            the caller sees.
+        on_env_error: ``"raise"`` (the default) or ``"restart"``: an env whose
+            step raises is rebuilt from its factory and reset instead.
+        max_restarts, restart_window: the budget of restarts: at most
+            ``max_restarts`` within any ``restart_window`` seconds; the next
+            failure raises.
         **backend_options: passed to the backend (``num_workers``,
-            ``start_method`` for ``"subproc"``, ``copy`` for ``"tensor"``).
+            ``start_method`` for ``"subproc"``).
 
     Example:
         >>> import gymnasium as gym
@@ -99,20 +115,30 @@ class ParallelEnv:
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         output: str | None = None,
         device: Any = None,
+        copy: bool | None = None,
+        on_worker_failure: str = "raise",
+        on_env_error: str = "raise",
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
+        restart_window: float = DEFAULT_RESTART_WINDOW_S,
         **backend_options: Any,
     ) -> None:
         self._lock = threading.RLock()
         self._closed = True  # until the backend exists, close() has nothing to do
         _check_output(output, device)
+        if copy not in (None, True, False):
+            raise TypeError(f"copy={copy!r}; use True or False")
         self._policy = resolve_policy(asynchronous)
         factory = resolve_backend(para_mode)
         arguments.check_limits(num_cpus, call_timeout)
+        self._healing = Healing(on_worker_failure, on_env_error, max_restarts, restart_window)
         config = BackendConfig(
             policy=self._policy,
             num_cpus=num_cpus,
             num_gpus=num_gpus,
             no_warning=no_warning,
             call_timeout=call_timeout,
+            restarts_workers=self._healing.restarts_workers,
+            rebuilds_envs=self._healing.rebuilds_envs,
         )
         self.para_mode = para_mode
         self.asynchronous = asynchronous
@@ -120,9 +146,25 @@ class ParallelEnv:
         self._backend: Backend = factory(envs, config, **backend_options)
         self._closed = False
         _OPEN.add(self)
-        self._calls = InFlight(self._backend, self._policy, call_timeout)
+        if self._healing.restarts_workers and not isinstance(self._backend, RestartsWorkers):
+            self.close()
+            raise ValueError(
+                f"on_worker_failure='restart': para_mode={para_mode!r} runs its envs in this process, with no "
+                "worker to restart; use 'subproc', 'ray' or 'ray-subproc'"
+            )
+        if copy is not None:
+            self._backend.buffers.lent = not copy
+        sources = list(envs) if self._healing.rebuilds_envs else None
+        self._calls = InFlight(self._backend, self._policy, call_timeout, self._healing, sources)
         self._to_torch = None
         if self._calls.arrays.native_output != "torch" and (output == "torch" or device is not None):
+            buffers = self._backend.buffers
+            if buffers.private_obs or buffers.private_actions:
+                self.close()
+                raise ValueError(
+                    f"output='torch': a space of no fixed shape ({self._backend.single_observation_space} or "
+                    f"{self._backend.single_action_space}) has no tensor form; use NumPy output"
+                )
             self._to_torch = _torch_output(device)
         elif self._calls.arrays.native_output == "torch" and output == "numpy":
             self.close()
@@ -147,6 +189,11 @@ class ParallelEnv:
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         output: str | None = None,
         device: Any = None,
+        copy: bool | None = None,
+        on_worker_failure: str = "raise",
+        on_env_error: str = "raise",
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
+        restart_window: float = DEFAULT_RESTART_WINDOW_S,
         backend_options: dict[str, Any] | None = None,
         **gym_kwargs: Any,
     ) -> ParallelEnv:
@@ -184,6 +231,11 @@ class ParallelEnv:
             call_timeout=call_timeout,
             output=output,
             device=device,
+            copy=copy,
+            on_worker_failure=on_worker_failure,
+            on_env_error=on_env_error,
+            max_restarts=max_restarts,
+            restart_window=restart_window,
             **(backend_options or {}),
         )
 
@@ -200,6 +252,11 @@ class ParallelEnv:
         """Whether a call's results on every env are buffers that the next call overwrites
         (the tensor backend's by default), rather than the caller's own."""
         return self._backend.buffers.lent
+
+    @property
+    def failures(self) -> list[SurvivedFailure]:
+        """Every failure survived under ``on_worker_failure``/``on_env_error="restart"``, oldest first."""
+        return list(self._healing.failures)
 
     @property
     def policy(self) -> Policy:

@@ -6,6 +6,7 @@ factories that refer to them by reference.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -164,3 +165,91 @@ class RenderingEnv(CountingEnv):
 def counting(tag: int = 0, episode_length: int = 3, terminate: bool = True) -> Any:
     """A picklable factory of a CountingEnv."""
     return lambda: CountingEnv(tag, episode_length, terminate)
+
+
+class EchoEnv(gym.Env):
+    """Its actions and observations share one ``space``: a step observes the action it was given.
+
+    A reset draws its observation from the space, seeded by the reset's seed
+    (or by ``tag`` before the first seeded reset), so that each env's draws
+    are known; episodes last ``episode_length`` steps, and the reward is
+    ``tag * 10 + step count``.
+    """
+
+    def __init__(self, space: gym.Space, tag: int = 0, episode_length: int = 3) -> None:
+        self.observation_space = copy.deepcopy(space)  # its own RNG
+        self.action_space = copy.deepcopy(space)
+        self.observation_space.seed(tag)
+        self.tag = tag
+        self.episode_length = episode_length
+        self.count = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(seed)
+        self.count = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.count += 1
+        info = {"count": self.count} if self.count % 2 == 0 else {}
+        return action, float(self.tag * 10 + self.count), self.count >= self.episode_length, False, info
+
+
+class BagSpace(gym.Space):
+    """A custom space of no fixed shape: lists of ints below ``n``, of any length up to ``n``.
+
+    Gymnasium batches a custom Space subclass as a Tuple of per-env spaces,
+    as it batches Graph, Sequence, Text and OneOf.
+    """
+
+    def __init__(self, n: int = 4, seed: int | None = None) -> None:
+        super().__init__(seed=seed)
+        self.n = n
+
+    def sample(self, mask: Any = None, probability: Any = None) -> list[int]:
+        return self.np_random.integers(0, self.n, self.np_random.integers(0, self.n + 1)).tolist()
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, list) and len(x) <= self.n and all(isinstance(i, int) and 0 <= i < self.n for i in x)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BagSpace) and other.n == self.n
+
+    def __repr__(self) -> str:
+        return f"BagSpace({self.n})"
+
+
+class SoakEnv(CountingEnv):
+    """A CountingEnv whose actions can inject faults: the soak tests of surviving failures drive them.
+
+    Actions 0-4 step as CountingEnv does; the others misbehave in the step
+    that receives them.
+    """
+
+    STEP_RAISES, NEXT_RESET_RAISES, EXITS, HANGS = 5, 6, 7, 8
+    action_space = spaces.Discrete(9)
+
+    def __init__(self, tag: int = 0) -> None:
+        super().__init__(tag, episode_length=3)
+        self.reset_raises = False
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        if self.reset_raises:
+            raise RuntimeError(f"env {self.tag}: injected fault in reset")
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        action = int(action)
+        if action == self.STEP_RAISES:
+            raise RuntimeError(f"env {self.tag}: injected fault in step")
+        if action == self.EXITS:
+            os._exit(3)
+        if action == self.HANGS:
+            threading.Event().wait()  # until its worker is killed
+        if action == self.NEXT_RESET_RAISES:
+            self.reset_raises = True  # and the episode ends now, so that the "restart" policy resets it
+            obs, reward, _, _, info = super().step(0)
+            return obs, reward, True, False, info
+        return super().step(action)

@@ -2,8 +2,9 @@
 
 A head and two worker nodes on this machine; the envs must spread over both
 worker nodes; removing one must make the next step raise WorkerDiedError
-naming exactly the envs that lived there, in bounded time, and close() must
-still succeed. Prints one JSON line with what it saw.
+naming exactly the envs that lived there, in bounded time, or, with
+``restart`` as second argument, rebuild them on the surviving node; and
+close() must still succeed. Prints one JSON line with what it saw.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 import sys
 import time
 
+import numpy as np
 import ray
 from conftest import host_of
 from envs import counting
@@ -23,18 +25,22 @@ from ray.cluster_utils import Cluster
 from parallelenv import ParallelEnv, WorkerDiedError
 
 
-def main(mode: str) -> None:
+def main(mode: str, on_worker_failure: str) -> None:
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 0, "include_dashboard": False},
     )
-    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    # Rebuilt envs need room on the node that survives: there each node has a spare core.
+    healing = on_worker_failure == "restart"
+    workers = [cluster.add_node(num_cpus=2 if healing else 1) for _ in range(2)]
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": ":".join(sys.path)}})
     seen: dict = {"mode": mode}
     try:
-        penv = ParallelEnv([counting(i, 1000) for i in range(4)], para_mode=mode)
+        options = {"num_cpus": 2, "start_timeout": 60} if healing else {}
+        penv = ParallelEnv([counting(i, 1000) for i in range(4)], para_mode=mode, on_worker_failure=on_worker_failure,
+                           **options)
         penv.reset(seed=0)
         penv.step([0, 0, 0, 0])
         nodes = penv.backend.env_nodes()
@@ -49,9 +55,12 @@ def main(mode: str) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         started = time.monotonic()
+        seen["doomed"] = doomed.node_id
         try:
-            penv.step([0, 0, 0, 0])
+            _, _, _, _, info = penv.step([0, 0, 0, 0])
             seen["raised"] = None
+            seen["restarted"] = np.flatnonzero(info.get("_worker_restarted", np.zeros(4, bool))).tolist()
+            seen["nodes_after"] = sorted(set(penv.backend.env_nodes()))
         except WorkerDiedError as died:
             seen["raised"] = sorted(died.env_indices)
             seen["reason"] = died.reason
@@ -65,4 +74,4 @@ def main(mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "raise")

@@ -152,6 +152,24 @@ def test_restart_resets_in_the_same_step(make_penv, terminate):
     assert per_env[1][4]["reset"] is True and per_env[1][4]["ended_state"][1] == 3
 
 
+@pytest.mark.parametrize("copy", [True, False])
+def test_copy_false_lends_the_result_buffers_that_the_next_step_rewrites(make_penv, backend, copy):
+    penv = make_penv(counting_envs([9, 9]), asynchronous="continue", copy=copy)
+    assert penv.reuses_result_buffers is not copy
+    penv.reset(seed=0)
+    obs, reward, *_ = penv.step([1, 2])
+    first = obs.copy(), reward.copy()
+    again, reward_again, *_ = penv.step([3, 4])
+    assert again[:, 2].tolist() == [3, 4]
+    if backend != "tensor":  # (its results reach this test as NumPy copies)
+        # Lent: the first step's arrays now hold the second's results; copied: they are the caller's own.
+        np.testing.assert_array_equal(obs, again if not copy else first[0])
+        np.testing.assert_array_equal(reward, reward_again if not copy else first[1])
+    kept = penv.step([1], id=[1])[0]  # a call on some envs always gives fresh arrays
+    penv.step([2, 2])
+    assert kept[0, 2] == 1
+
+
 def test_restart_reports_the_info_of_its_reset(make_penv):
     penv = make_penv(counting_envs([1, 2]), asynchronous="restart")
     penv.reset(seed=0)

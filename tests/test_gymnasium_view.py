@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import CountingEnv, RenderingEnv, counting
+from envs import BagSpace, CountingEnv, EchoEnv, RenderingEnv, counting
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers.vector import (
@@ -218,6 +218,15 @@ SPACES = {
     "Tuple": gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32))),
     "Box": gym.spaces.Box(0.0, 1.0, (3,), np.float32),
     "Python int obs": gym.spaces.Discrete(5),
+    # Spaces of no fixed shape: Gymnasium batches each as a tuple of per-env values.
+    "Graph": gym.spaces.Graph(gym.spaces.Box(-1.0, 1.0, (2,), np.float32), gym.spaces.Discrete(3)),
+    "Text": gym.spaces.Text(5),
+    "Sequence": gym.spaces.Sequence(gym.spaces.Box(0.0, 1.0, (2,), np.float32)),
+    "stacked Sequence": gym.spaces.Sequence(gym.spaces.Discrete(4), stack=True),
+    "OneOf": gym.spaces.OneOf((gym.spaces.Discrete(3), gym.spaces.Box(0.0, 1.0, (2,), np.float32))),
+    "custom Space": BagSpace(3),
+    "Dict with a Graph": gym.spaces.Dict({"graph": gym.spaces.Graph(gym.spaces.Discrete(4), None),
+                                          "position": gym.spaces.Discrete(5, dtype=np.int32)}),
 }
 
 
@@ -263,7 +272,7 @@ def test_final_obs_is_none_where_no_episode_ended(make_penv):
     assert info["_final_obs"].tolist() == info["_final_info"].tolist() == [True, False, False]
 
 
-@pytest.mark.parametrize("space_name", ["Dict", "Python int obs"])
+@pytest.mark.parametrize("space_name", ["Dict", "Python int obs", "Dict with a Graph"])
 def test_disabled_autoreset_resets_what_reset_mask_names_as_sync_vector_env_does(make_penv, space_name):
     ours = GymnasiumVectorEnv(make_penv(space_envs(space_name), asynchronous="continue"),
                               autoreset_mode=AutoresetMode.DISABLED)
@@ -290,6 +299,33 @@ def test_disabled_autoreset_resets_what_reset_mask_names_as_sync_vector_env_does
         ("reset", {"seed": [1, 2, 3]}),  # every env, no mask
         step,
     ]
+    same_as_sync_vector_env(ours, theirs, script)
+
+
+# Actions and observations of every kind of no fixed shape, beside fixed-shape parts.
+EVERY_KIND = gym.spaces.Dict({
+    "graph": SPACES["Graph"],
+    "text": SPACES["Text"],
+    "sequences": gym.spaces.Tuple((SPACES["Sequence"], SPACES["stacked Sequence"])),
+    "one of": SPACES["OneOf"],
+    "bag": BagSpace(3),
+    "box": SPACES["Box"],
+})
+
+
+# NEXT_STEP on the Ray backends too: it resets and steps envs by id, SAME_STEP steps every env.
+@pytest.mark.parametrize("asynchronous", ["restart", pytest.param("idle", marks=pytest.mark.every_backend)])
+def test_actions_and_observations_of_no_fixed_shape_are_sync_vector_envs(make_penv, asynchronous):
+    mode = AutoresetMode.SAME_STEP if asynchronous == "restart" else AutoresetMode.NEXT_STEP
+
+    def envs() -> list[Any]:
+        return [functools.partial(EchoEnv, EVERY_KIND, tag, length) for tag, length in enumerate((2, 3))]
+
+    ours = make_penv(envs(), asynchronous=asynchronous).as_gymnasium()
+    theirs = SyncVectorEnv(envs(), autoreset_mode=mode)
+    assert ours.observation_space == theirs.observation_space and ours.action_space == theirs.action_space
+    theirs.action_space.seed(0)
+    script = [("reset", {"seed": [1, 2]})] + [("step", theirs.action_space.sample()) for _ in range(5)]
     same_as_sync_vector_env(ours, theirs, script)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import RenderingEnv, counting
+from envs import CountingEnv, RenderingEnv, counting
 
-from parallelenv import ParallelEnv
+from parallelenv import EnvError, ParallelEnv
 
 sb3 = pytest.importorskip("stable_baselines3")
 from stable_baselines3.common.monitor import Monitor  # noqa: E402
@@ -185,3 +185,44 @@ def test_negative_indices_count_from_the_end_as_in_sb3(make_penv):
         venv.get_attr("tag", indices=[-4])
     with pytest.raises(IndexError, match="index 3 is out of range for 3 envs"):
         venv.env_method("double", 1, indices=3)
+
+
+# ---------------------------------------------------------------- one env given as several entries
+# SB3's DummyVecEnv refuses it with a ValueError (SB3's test_vecenv_func_checker): stepped once per
+# entry, one env would give every entry's results.
+
+
+@pytest.mark.every_backend
+@pytest.mark.parametrize("shape", ["instance twice", "instance and a wrapper of it"])
+def test_one_env_instance_given_twice_is_refused_on_every_backend(make_penv, shape):
+    env = CountingEnv(1)
+    envs = {
+        "instance twice": [counting(0), env, env],
+        "instance and a wrapper of it": [counting(0), env, gym.wrappers.TimeLimit(env, 5)],
+    }[shape]
+    with pytest.raises(ValueError) as caught:  # before any worker or actor starts: the caller sees both entries
+        SB3VecEnv(make_penv(envs, asynchronous="restart"))
+    error = caught.value
+    assert isinstance(error, EnvError)
+    assert (error.env_index, error.method, error.exc_type) == (2, "make", "ValueError")
+    assert "env 2 is the same env instance as env 1" in error.message
+    assert "each entry of envs needs its own env" in error.message
+
+
+@pytest.mark.every_backend
+def test_factories_sharing_one_env_are_refused_where_one_process_builds_them(make_penv, backend):
+    env = CountingEnv(5, episode_length=100)
+    factories = [lambda: env for _ in range(2)]  # as in SB3's test_vecenv_func_checker
+    if backend in ("dummy", "toy"):  # built in the caller: one object, given twice
+        with pytest.raises(ValueError, match="env 1 is the same env instance as env 0"):
+            SB3VecEnv(make_penv(factories, asynchronous="restart"))
+        return
+    # Each process unpickles each factory on its own (and each env here has a
+    # process of its own): the env arrives as copies, each its own env,
+    # stepped once per step, as SB3's SubprocVecEnv and Gymnasium's
+    # AsyncVectorEnv run them. Nothing is one env stepped twice.
+    venv = SB3VecEnv(make_penv(factories, asynchronous="restart"))
+    venv.seed(0)
+    venv.reset()
+    obs, *_ = venv.step(np.array([1, 1]))
+    assert obs[:, 1].tolist() == [1, 1]

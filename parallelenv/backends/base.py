@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 
@@ -23,6 +23,10 @@ class BackendConfig:
     num_gpus: float
     no_warning: bool
     call_timeout: float | None
+    # on_worker_failure="restart": the backend will be asked to restart() dead workers
+    restarts_workers: bool = False
+    # on_env_error="restart": the envs will be sent Rebuild calls with the user's sources
+    rebuilds_envs: bool = False
 
 
 class Backend(Protocol):
@@ -70,6 +74,21 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class RestartsWorkers(Protocol):
+    """A backend that can replace a dead worker: what ``on_worker_failure="restart"`` needs besides :class:`Backend`."""
+
+    def restart(self, env_ids: Sequence[int]) -> list[int]:
+        """Replace the dead hosts of ``env_ids`` with new ones that build their envs again.
+
+        Returns every env id rebuilt. The calls the dead hosts had not
+        answered are forgotten: the caller decides what each env owes. A
+        :class:`~parallelenv.WorkerDiedError` says a new host failed too.
+        """
+        ...
+
 
 
 class RunsInCaller:

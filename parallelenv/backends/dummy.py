@@ -7,7 +7,14 @@ from typing import Any
 
 from parallelenv.backends.base import BackendConfig, RunsInCaller, unknown_options
 from parallelenv.backends.buffers import Buffers
-from parallelenv.backends.env_host import EnvGroup, EnvSource, common_spaces, make_envs, silenced
+from parallelenv.backends.env_host import (
+    EnvGroup,
+    EnvSource,
+    common_spaces,
+    make_envs,
+    refuse_instances_to_rebuild,
+    silenced,
+)
 from parallelenv.batching import zeros
 from parallelenv.calls import Call, Failure, Reply
 
@@ -17,6 +24,8 @@ class DummyBackend(RunsInCaller):
 
     def __init__(self, sources: Sequence[EnvSource], config: BackendConfig, **options: Any) -> None:
         unknown_options("dummy", options)
+        if config.rebuilds_envs:
+            refuse_instances_to_rebuild(sources)
         self._no_warning = config.no_warning
         with silenced(config.no_warning):
             envs = make_envs(sources, first_id=0)

@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from parallelenv.backends.buffers import Buffers
-from parallelenv.batching import row_writer, rows_reader
+from parallelenv.batching import is_per_env_objects, row_writer, rows_reader
 from parallelenv.calls import (
     NO_ARGUMENT,
     Arguments,
@@ -30,6 +30,7 @@ from parallelenv.calls import (
     Done,
     Failure,
     GetAttr,
+    Rebuild,
     ReplaceEnv,
     Reply,
     Reset,
@@ -42,7 +43,30 @@ EnvSource = Any  # a gym.Env, or a zero-argument callable returning one
 
 
 def env_list(envs: Any) -> list[EnvSource]:
-    """The user's ``envs`` as a list of env sources, or a TypeError saying what a CPU backend takes."""
+    """The user's ``envs`` as a list of env sources, checked where the user gave them.
+
+    A TypeError says what a CPU backend takes. One env instance given as two
+    entries (also under other wrappers) is an :class:`~parallelenv.EnvError`
+    for ``make``, as :func:`make_envs` reports it, raised before any env is
+    sent anywhere: a process backend would pickle each entry on its own, and
+    the copies would hide it. Factories cannot be compared here: their envs
+    exist once called, which a process backend does in its workers, each on
+    its own unpickled copy of the factory. There an env that several
+    factories share arrives as copies, each its own env; it is refused where
+    one process builds it twice (a factory returning a module-level env).
+    """
+    sources = _source_list(envs)
+    given: dict[int, int] = {}
+    for env_id, source in enumerate(sources):
+        if isinstance(source, gym.Env):
+            try:
+                refuse_shared_env(source, env_id, given)
+            except ValueError as exc:
+                Failure.from_exception(env_id, "make", exc).raise_error()
+    return sources
+
+
+def _source_list(envs: Any) -> list[EnvSource]:
     if isinstance(envs, (gym.Env, str)) or not isinstance(envs, Sequence) or not envs:
         raise TypeError(f"envs must be a non-empty list of gym.Env instances or factories of them, not "
                         f"{type(envs).__name__}")
@@ -56,7 +80,7 @@ def make_envs(sources: Sequence[EnvSource], first_id: int) -> list[gym.Env] | Fa
     env under other wrappers) fails too: stepped once per entry, it would
     give every entry's results from one env.
     """
-    sources = env_list(sources)
+    sources = _source_list(sources)
     envs: list[gym.Env] = []
     built: dict[int, int] = {}  # id() of each unwrapped env -> the env id it was built as
     for offset, source in enumerate(sources):
@@ -80,6 +104,16 @@ def refuse_shared_env(env: gym.Env, env_id: int, built: dict[int, int]) -> None:
             f"env {env_id} is the same env instance as env {first} ({env.unwrapped!r}): each entry of envs needs "
             "its own env. Pass factories that build a new env on each call, not one env twice or a factory that "
             "returns the same env every time"
+        )
+
+
+def refuse_instances_to_rebuild(sources: Sequence[EnvSource]) -> None:
+    """A ValueError if an env is an instance run where it is: a failed env cannot be rebuilt from itself."""
+    instances = [env_id for env_id, source in enumerate(sources) if isinstance(source, gym.Env)]
+    if instances:
+        raise ValueError(
+            f"on_env_error='restart' rebuilds a failed env from its factory, but envs {instances[:8]} are env "
+            "instances that run in this process as they are. Pass factories (e.g. lambda: gym.make(...))"
         )
 
 
@@ -195,6 +229,7 @@ class EnvGroup:
             SetAttr: self._set_attr,
             CallMethod: self._call_method,
             ReplaceEnv: self._replace,
+            Rebuild: self._rebuild,
         }
 
     def spaces(self) -> list[SpacePair]:
@@ -205,6 +240,9 @@ class EnvGroup:
         self.buffers = buffers
         self._read_actions = rows_reader(buffers.actions)
         self._write_obs = row_writer(buffers.obs)
+        obs = buffers.obs
+        self._obs_at_once = isinstance(obs, np.ndarray) and not is_per_env_objects(obs) and \
+            obs[0].nbytes <= ROW_BY_ROW_BYTES
 
     def run(self, call: Call) -> Reply:
         return self._handlers[type(call)](call)
@@ -277,7 +315,7 @@ class EnvGroup:
         buffers.reward[rows] = rewards
         buffers.terminated[rows] = terminations
         buffers.truncated[rows] = truncations
-        if isinstance(buffers.obs, np.ndarray) and buffers.obs[0].nbytes <= ROW_BY_ROW_BYTES:
+        if self._obs_at_once:
             buffers.obs[rows] = observations
         else:
             for env_id, obs in zip(ids, observations, strict=True):
@@ -314,16 +352,39 @@ class EnvGroup:
 
     def _replace(self, call: ReplaceEnv) -> Reply:
         sources = dict(zip(call.env_ids, call.sources, strict=True))
+        return self._each(call, "replace", lambda old, env_id: self._put_new_env(env_id, sources[env_id]))
 
-        def replace(old: gym.Env, env_id: int) -> None:
-            new = _make_env(sources[env_id])
-            # The buffers are shaped by the spaces: a new env must fit the old one's rows.
-            for kind in ("observation_space", "action_space"):
-                mine, theirs = getattr(new, kind), getattr(old, kind)
-                if mine != theirs:
-                    _close_quietly(new)
-                    raise ValueError(f"the new env has {kind} {mine}, but env {env_id} has {theirs}")
-            _close_quietly(old)
-            self.envs[env_id - self.first_id] = new
+    def _put_new_env(self, env_id: int, source: EnvSource) -> gym.Env:
+        """Build an env from ``source`` and put it in place of env ``env_id``, which is closed."""
+        old = self._env(env_id)
+        new = _make_env(source)
+        if new.unwrapped is old.unwrapped:
+            raise ValueError(
+                f"env {env_id} was given as an env instance, which runs here as it is: it cannot be rebuilt from "
+                "itself. Pass a factory to rebuild it"
+            )
+        # The buffers are shaped by the spaces: a new env must fit the old one's rows.
+        for kind in ("observation_space", "action_space"):
+            mine, theirs = getattr(new, kind), getattr(old, kind)
+            if mine != theirs:
+                _close_quietly(new)
+                raise ValueError(f"the new env has {kind} {mine}, but env {env_id} has {theirs}")
+        _close_quietly(old)
+        self.envs[env_id - self.first_id] = new
+        return new
 
-        return self._each(call, "replace", replace)
+    def _rebuild(self, call: Rebuild) -> Reply:
+        """A new env from its source for each env named, reset: answered as a reset is."""
+        infos, failures = {}, []
+        for env_id, source, seed in zip(call.env_ids, call.sources, call.seeds, strict=True):
+            method = "make"
+            try:
+                env = self._put_new_env(env_id, source)
+                method = "reset"
+                obs, info = env.reset(seed=seed)
+            except Exception as exc:
+                failures.append(Failure.from_exception(env_id, method, exc))
+                continue
+            self._write_obs(env_id, obs)
+            infos[env_id] = info
+        return Done(Rebuild, call.env_ids, infos, tuple(failures))

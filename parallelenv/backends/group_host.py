@@ -10,6 +10,7 @@ buffers. It imports nothing of Ray: the Ray backend wraps it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from parallelenv.backends.dummy import DummyBackend
 from parallelenv.backends.env_host import SpaceMismatch
 from parallelenv.backends.subproc import SubprocBackend
 from parallelenv.batching import Batched, put, take
-from parallelenv.calls import Call, Done, Failure, Reply, Reset, Step, shifted
+from parallelenv.calls import NO_RESULT_CALLS, Call, Done, Failure, Reply, Step, shifted
 from parallelenv.errors import EnvError, WorkerDiedError
 
 LOCAL_BACKENDS: dict[str, type] = {"dummy": DummyBackend, "subproc": SubprocBackend}
@@ -40,7 +41,7 @@ class Lost:
 
 @dataclass(frozen=True)
 class Rows:
-    """A step's or reset's results for the envs of the reply, in its order."""
+    """A step's or reset's results for the envs of the reply, in its order (parts of no fixed shape included)."""
 
     obs: Batched
     reward: np.ndarray | None = None
@@ -55,7 +56,10 @@ class GroupHost:
                  local_options: dict[str, Any]) -> None:
         self._payloads = payloads
         self._first_id = first_id
-        self._config = config
+        # Failures are survived by the caller's backend, which replaces a whole
+        # actor and sends the sources of envs to rebuild: the local backend
+        # here only runs the calls, as without healing.
+        self._config = dataclasses.replace(config, restarts_workers=False, rebuilds_envs=False)
         self._local_mode = local_mode
         self._local_options = local_options
         self._backend: Backend | None = None
@@ -114,7 +118,7 @@ class GroupHost:
             return Lost(tuple(i + self._first_id for i in died.env_indices), died.reason), None
         reply = _merged(local, replies)
         result = None
-        if reply.call_type in (Step, Reset):
+        if reply.call_type not in NO_RESULT_CALLS:
             result = _rows(backend, rows, with_step=reply.call_type is Step)
         return shifted(reply, self._first_id), result
 

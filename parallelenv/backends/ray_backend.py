@@ -76,6 +76,8 @@ class RayBackend:
         self._ray = ray_cluster.acquire(self)
         self._actors: list[_Actor] = []
         self._pending: dict[Any, _Pending] = {}
+        # Replies read in the collect that found an actor dead, handed over by the next one.
+        self._carried: list[Reply] = []
         self._closed = False
         try:
             cpus = config.num_cpus if config.num_cpus is not None else self._ray.cluster_resources().get("CPU", 1)
@@ -95,9 +97,13 @@ class RayBackend:
             }
             self._groups = Groups(self.num_envs, num_actors)
             host = _host_class(self._ray).options(**options)
+            # What a restart needs to start an actor as the first one was started.
+            self._new_actor = lambda ids: _Actor(
+                host.remote([payloads[i] for i in ids], ids[0], config, local_mode, local_options), ids
+            )
+            self._start_timeout = start_timeout
             for ids in self._groups.members:
-                handle = host.remote([payloads[i] for i in ids], ids[0], config, local_mode, local_options)
-                self._actors.append(_Actor(handle, ids))
+                self._actors.append(self._new_actor(ids))
             self._start(start_timeout)
         except BaseException:
             self.close()
@@ -108,8 +114,14 @@ class RayBackend:
         return max(1, sum(1 for node in nodes if node.get("Alive") and node.get("Resources", {}).get("CPU")))
 
     def _start(self, timeout: float | None) -> None:
+        per_env = self._started(self._actors, timeout)
+        self.single_observation_space, self.single_action_space = common_spaces(per_env)
+        self.buffers = Buffers.allocate(self.single_observation_space, self.single_action_space, self.num_envs, zeros)
+
+    def _started(self, actors: list[_Actor], timeout: float | None) -> list[tuple[Any, Any]]:
+        """Wait for ``actors`` to build their envs; each env's spaces, in env order."""
         ray = self._ray
-        starts = {actor.handle.start.remote(): actor for actor in self._actors}
+        starts = {actor.handle.start.remote(): actor for actor in actors}
         ready, not_ready = ray.wait(list(starts), num_returns=len(starts), timeout=timeout)
         if not_ready:
             stuck = [i for ref in not_ready for i in starts[ref].env_ids]
@@ -123,8 +135,7 @@ class RayBackend:
                 raise started
             *pair, actor.node = started
             per_env += [tuple(pair)] * len(actor.env_ids)
-        self.single_observation_space, self.single_action_space = common_spaces(per_env)
-        self.buffers = Buffers.allocate(self.single_observation_space, self.single_action_space, self.num_envs, zeros)
+        return per_env
 
     def _get(self, ref: Any, actor: _Actor) -> Any:
         try:
@@ -182,6 +193,9 @@ class RayBackend:
             self._pending[actor.handle.run_encoded.remote(message)] = _Pending(actor, actor_call)
 
     def collect(self, timeout: float | None, wanted: int | None = None) -> list[Reply]:
+        if self._carried:
+            replies, self._carried = self._carried, []
+            return replies
         if not self._pending:
             return []
         ray = self._ray
@@ -195,21 +209,37 @@ class RayBackend:
         if len(ready) < len(refs) and not want_all:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         try:
-            results = ray.get(ready)  # one round trip for all of them
+            results: list[Any] | None = ray.get(ready)  # one round trip for all of them
         except Exception:
-            results = [self._result(ref) for ref in ready]  # finds the dead actor or the failed task
-        replies = []
-        for ref, result in zip(ready, results, strict=True):
-            del self._pending[ref]
+            results = None  # a dead actor or a failed task: each is read on its own
+        replies: list[Reply] = []
+        death: WorkerDiedError | None = None
+        for position, ref in enumerate(ready):
+            pending = self._pending[ref]
+            try:
+                result = self._result(ref) if results is None else results[position]
+            except WorkerDiedError as died:
+                death = death or died
+                continue
+            finally:
+                del self._pending[ref]
             if isinstance(result, Done):  # the actor's method itself raised
                 replies.append(result)
                 continue
             reply, rows = pickle.loads(result)
             if isinstance(reply, Lost):
-                raise WorkerDiedError(reply.env_ids, reply.reason)
+                # A worker process under the actor died, and with it the actor's
+                # own backend: the actor counts as dead, all its envs with it.
+                pending.actor.death = WorkerDiedError(pending.actor.env_ids, reply.reason)
+                death = death or WorkerDiedError(reply.env_ids, reply.reason)
+                continue
             if rows is not None:
                 self._store(np.array(reply.env_ids), rows)
             replies.append(reply)
+        if death is not None:
+            # The replies of the living are the caller's all the same: the next collect hands them over.
+            self._carried = replies
+            raise death
         return replies
 
     def _result(self, ref: Any) -> Any:
@@ -246,6 +276,34 @@ class RayBackend:
         """The process of every live actor, each followed by the worker processes under it."""
         refs = [actor.handle.pids.remote() for actor in self._actors if actor.death is None]
         return [pid for pids in self._ray.get(refs, timeout=30) for pid in pids]
+
+    def restart(self, env_ids: Sequence[int]) -> list[int]:
+        """A new actor in place of each dead one hosting ``env_ids``; Ray places it on a live node."""
+        replaced = []
+        for group in self._groups.hosting(env_ids):
+            old = self._actors[group]
+            if old.death is None:
+                continue
+            self._pending = {ref: p for ref, p in self._pending.items() if p.actor is not old}
+            try:
+                self._ray.kill(old.handle, no_restart=True)
+            except Exception:  # gone with its node
+                pass
+            new = self._actors[group] = self._new_actor(old.env_ids)
+            replaced.append(new)
+        if not replaced:
+            return []
+        try:
+            per_env = self._started(replaced, self._start_timeout)
+        except BaseException as exc:
+            for actor in replaced:
+                actor.death = actor.death or WorkerDiedError(actor.env_ids, f"its replacement failed to start: {exc}")
+            raise
+        if any(pair != (self.single_observation_space, self.single_action_space) for pair in per_env):
+            for actor in replaced:
+                actor.death = WorkerDiedError(actor.env_ids, "its replacement's envs have other spaces")
+            raise replaced[0].death  # type: ignore[misc]
+        return [i for actor in replaced for i in actor.env_ids]
 
     def kill(self, env_ids: Sequence[int]) -> list[int]:
         lost: list[int] = []

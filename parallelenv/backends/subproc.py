@@ -34,7 +34,7 @@ import cloudpickle
 
 from parallelenv.backends import wire
 from parallelenv.backends.base import BackendConfig, available_cpus
-from parallelenv.backends.countdown import Countdown, WorkerCountdown
+from parallelenv.backends.countdown import Countdown
 from parallelenv.backends.env_host import EnvSource, common_spaces, env_list
 from parallelenv.backends.groups import Groups
 from parallelenv.backends.shm import SharedBuffers
@@ -128,6 +128,13 @@ class _Worker:
 
     def __post_init__(self) -> None:
         self.group_ids = tuple(self.env_ids)
+        self.pid = self.process.pid  # kept: the process object is closed with the backend
+
+    def release(self) -> None:
+        """Close the pipe and the process object (its sentinel): the process has ended."""
+        self.conn.close()
+        with contextlib.suppress(ValueError):  # still running: it is only killed, not yet reaped
+            self.process.close()
 
     def died(self, reason: str | None = None) -> WorkerDiedError:
         if self.death is None:
@@ -177,6 +184,10 @@ class SubprocBackend:
         self._workers: list[_Worker] = []
         self._shared: SharedBuffers | None = None
         self._closed = False
+        # Deaths seen while sending, reported by the next collect (see dispatch).
+        self._unreported: list[_Worker] = []
+        # Replies read in the collect that found a worker dead, handed over by the next one.
+        self._carried: list[Reply] = []
         ctx = _context(start_method)
         self._countdown = Countdown(ctx, num_workers)
         # Counted steps pay where every worker has a core to compute on: there a
@@ -185,7 +196,9 @@ class SubprocBackend:
         # it comes overlaps with the stragglers: jitter16 lockstep ran ~4% slower counted.
         # With one worker its reply is the only wake-up anyway.
         has_cores = num_workers <= available_cpus()
-        self._counts_steps = num_workers > 1 and has_cores
+        # A worker that dies in a counted step leaves the countdown short of its
+        # answer: where workers are restarted, steps are read from the pipes.
+        self._counts_steps = num_workers > 1 and has_cores and not config.restarts_workers
         self._counting = False  # a counted step is in flight and its countdown not yet complete
         self._whole_step_in_flight = False  # a step of every env, the only call in flight
         # Whether the caller waits for a whole step at once, as step() does, or
@@ -200,12 +213,12 @@ class SubprocBackend:
         # the worker exits.
         resource_tracker.ensure_running()
         self._groups = Groups(num_envs, num_workers)
+        # What a restart needs to start a worker as the first one was started.
+        self._restart_with = (ctx, payloads, config, LINGER_S if has_cores else 0.0, start_timeout)
         try:
-            linger_s = LINGER_S if has_cores else 0.0
             for index, env_ids in enumerate(self._groups.members):
-                countdown = self._countdown.for_worker(index)
-                self._workers.append(self._start_worker(ctx, payloads, env_ids, config, linger_s, countdown))
-            self._handshake(start_timeout)
+                self._workers.append(self._start_worker(index, env_ids))
+            self._handshake(start_timeout, keep_segment_name=config.restarts_workers)
             self._watch()
         except BaseException:
             self.close()
@@ -221,22 +234,21 @@ class SubprocBackend:
         self._countdown_poll = select.poll()
         self._countdown_poll.register(self._countdown.fileno(), select.POLLIN)
         for worker in self._workers:
-            for fd, is_sentinel in ((worker.conn.fileno(), False), (worker.process.sentinel, True)):
-                self._poll.register(fd, select.POLLIN)
-                self._by_fd[fd] = (worker, is_sentinel)
-            self._countdown_poll.register(worker.process.sentinel, select.POLLIN)
+            self._watch_worker(worker)
         self._all_ids = tuple(range(self.num_envs))
         self._group_steps: list[tuple[_Worker, Call]] = [(w, Step(w.group_ids)) for w in self._workers]
 
-    @staticmethod
-    def _start_worker(
-        ctx: Any,
-        payloads: list[bytes],
-        env_ids: list[int],
-        config: BackendConfig,
-        linger_s: float,
-        countdown: WorkerCountdown,
-    ) -> _Worker:
+    def _watch_worker(self, worker: _Worker) -> None:
+        if worker.death is not None:
+            return
+        for fd, is_sentinel in ((worker.conn.fileno(), False), (worker.process.sentinel, True)):
+            self._poll.register(fd, select.POLLIN)
+            self._by_fd[fd] = (worker, is_sentinel)
+        self._countdown_poll.register(worker.process.sentinel, select.POLLIN)
+
+    def _start_worker(self, index: int, env_ids: list[int]) -> _Worker:
+        ctx, payloads, config, linger_s, _ = self._restart_with
+        countdown = self._countdown.for_worker(index)
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         group_payloads = [payloads[i] for i in env_ids]
         process = ctx.Process(
@@ -253,20 +265,26 @@ class SubprocBackend:
         child_conn.close()
         return _Worker(process, parent_conn, env_ids)
 
-    def _handshake(self, timeout: float | None) -> None:
-        """Learn the spaces from the workers, then give them the shared buffers."""
+    def _handshake(self, timeout: float | None, keep_segment_name: bool) -> None:
+        """Learn the spaces from the workers, then give them the shared buffers.
+
+        The segment's name is removed once every worker has attached, unless
+        dead workers are to be replaced: a new worker attaches by that name,
+        and the resource tracker removes it should this process be killed.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         per_env = [pair for w in self._workers for pair in self._await(w, deadline, "build its envs").spaces]
         obs_space, action_space = common_spaces(per_env)
         self.single_observation_space, self.single_action_space = obs_space, action_space
         self._shared = SharedBuffers.create(obs_space, action_space, self.num_envs)
         self.buffers = self._shared.buffers
-        attach = wire.encode(Attach(self._shared.name, obs_space, action_space, self.num_envs))
+        self._attach = wire.encode(Attach(self._shared.name, obs_space, action_space, self.num_envs))
         for worker in self._workers:
-            worker.conn.send_bytes(attach)
+            worker.conn.send_bytes(self._attach)
         for worker in self._workers:
             self._await(worker, deadline, "attach to shared memory")
-        self._shared.unlink()
+        if not keep_segment_name:
+            self._shared.unlink()
 
     def _await(self, worker: _Worker, deadline: float | None, doing: str) -> Ready:
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -293,16 +311,21 @@ class SubprocBackend:
                 raise worker.death
         # Every message is made before any is sent: one that cannot be pickled
         # raises here, and no worker has started a call the others never get.
-        messages = [wire.encode_call(worker_call, worker.group_ids, counted) for worker, worker_call in routed]
+        messages = [wire.encode_call(worker_call, worker.group_ids, counted, self.buffers)
+                    for worker, worker_call in routed]
         if counted:
             self._countdown.arm()
             self._counting = True  # until collect has every answer: quiet ones reach it through the countdown only
         for (worker, worker_call), message in zip(routed, messages, strict=True):
+            worker.sent.append(worker_call.env_ids)
             try:
                 worker.conn.send_bytes(message)
-            except (BrokenPipeError, ConnectionResetError, EOFError):
-                raise self._lost(worker) from None
-            worker.sent.append(worker_call.env_ids)
+            except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+                # The other workers still get their share: the call is under
+                # way, and the next collect reports this one's death.
+                if worker.death is None:
+                    self._lost(worker)
+                    self._unreported.append(worker)
 
     def _is_step_of_all(self, call: Call) -> bool:
         return type(call) is Step and call.env_ids == self._all_ids
@@ -313,6 +336,11 @@ class SubprocBackend:
         return [(self._workers[group], group_call) for group, group_call in self._groups.split(call)]
 
     def collect(self, timeout: float | None, wanted: int | None = None) -> list[Reply]:
+        if self._unreported:
+            raise self._unreported.pop(0).death  # type: ignore[misc]  # set when it was recorded
+        if self._carried:
+            replies, self._carried = self._carried, []
+            return replies
         if not any(worker.sent for worker in self._workers):
             return []
         if self._whole_step_in_flight:
@@ -329,15 +357,24 @@ class SubprocBackend:
             if not any(worker.sent for worker in self._workers):
                 return replies
         events = self._poll.poll(_milliseconds(timeout))
+        dead: list[_Worker] = []
         for fd, _ in events:
             worker, is_sentinel = self._by_fd[fd]
-            if is_sentinel:
-                raise self._lost(worker)
-            try:
-                data = worker.conn.recv_bytes()
-            except (EOFError, OSError):
-                raise self._lost(worker) from None
-            replies.append(wire.decode_reply(data, worker.sent.popleft()))
+            if worker.death is not None:
+                continue  # its pipe and sentinel may both be in this poll's events
+            if not is_sentinel:
+                try:
+                    replies.append(wire.decode_reply(worker.conn.recv_bytes(), worker.sent.popleft(), self.buffers))
+                    continue
+                except (EOFError, OSError):
+                    pass
+            self._lost(worker)
+            dead.append(worker)
+        if dead:
+            # The replies of the living are the caller's all the same: the next collect hands them over.
+            self._carried = replies
+            self._unreported.extend(dead[1:])
+            raise dead[0].death  # type: ignore[misc]
         return replies
 
     def _await_countdown(self, timeout: float | None) -> bool:
@@ -371,15 +408,46 @@ class SubprocBackend:
         return worker.died(reason)
 
     def env_pids(self) -> list[int]:
-        return [worker.process.pid for worker in self._workers for _ in worker.env_ids]
+        return [worker.pid for worker in self._workers for _ in worker.env_ids]
 
     def pids(self) -> list[int]:
-        return [worker.process.pid for worker in self._workers if worker.death is None]
+        return [worker.pid for worker in self._workers if worker.death is None]
 
     @property
     def countdown(self) -> Countdown:
         """What counted steps sleep on (see :mod:`~parallelenv.backends.countdown`); read-only, for tests."""
         return self._countdown
+
+    def restart(self, env_ids: Sequence[int]) -> list[int]:
+        """Start a new worker in place of each dead one hosting ``env_ids``, attached to the same buffers."""
+        ctx, _, config, _, start_timeout = self._restart_with
+        deadline = None if start_timeout is None else time.monotonic() + start_timeout
+        rebuilt: list[int] = []
+        for group in self._groups.hosting(env_ids):
+            old = self._workers[group]
+            if old.death is None:
+                continue
+            self._unreported = [w for w in self._unreported if w is not old]
+            old.process.join(timeout=1.0)
+            old.release()
+            new = self._start_worker(group, old.env_ids)
+            self._workers[group] = new
+            try:
+                spaces = self._await(new, deadline, "build its envs").spaces
+                if any(pair != (self.single_observation_space, self.single_action_space) for pair in spaces):
+                    raise new.died(f"its rebuilt envs have other spaces than the first ones: {spaces}")
+                new.conn.send_bytes(self._attach)
+                self._await(new, deadline, "attach to shared memory")
+            except BaseException:
+                new.process.kill()
+                new.process.join(timeout=5.0)
+                new.death = new.death or WorkerDiedError(new.env_ids, "its replacement failed to start")
+                raise
+            finally:
+                self._watch_worker(new)
+            rebuilt.extend(new.env_ids)
+        self._group_steps = [(w, Step(w.group_ids)) for w in self._workers]
+        return rebuilt
 
     def kill(self, env_ids: Sequence[int]) -> list[int]:
         lost: list[int] = []
@@ -407,7 +475,7 @@ class SubprocBackend:
             if worker.process.is_alive():
                 worker.process.kill()
                 worker.process.join(timeout=5.0)
-            worker.conn.close()
+            worker.release()
         self._countdown.close()
         if self._shared is not None:
             self.buffers = None  # type: ignore[assignment]  # the arrays die with the segment

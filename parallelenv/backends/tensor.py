@@ -34,22 +34,29 @@ class TensorBackend(RunsInCaller):
 
     Args:
         env: the :class:`TensorEnv`.
-        copy: results of a call on every env as fresh tensors. By default
-            they are the env's output buffers, which the next step rewrites,
-            as Isaac Gym hands them over (on the CPU, fresh megabytes every
-            step cost page faults that nearly halve the speed at N=65536).
+
+    Results of a call on every env are the env's output buffers, which the
+    next step rewrites (``ParallelEnv(copy=False)``, its default here), as
+    Isaac Gym hands them over: on the CPU, fresh megabytes every step cost
+    page faults that nearly halve the speed at N=65536. ``copy=True`` gives
+    fresh tensors.
     """
 
-    def __init__(self, env: Any, config: BackendConfig, copy: bool = False, **options: Any) -> None:
+    def __init__(self, env: Any, config: BackendConfig, **options: Any) -> None:
         unknown_options("tensor", options)
         if not isinstance(env, TensorEnv):
             raise TypeError(f"para_mode='tensor' runs one TensorEnv, not a {type(env).__name__} (a non-empty list "
                             "of gym envs goes to the other backends)")
+        if config.restarts_workers or config.rebuilds_envs:
+            raise ValueError(
+                "para_mode='tensor' has no workers to restart and no per-env envs to rebuild: all its envs are one "
+                "TensorEnv in the caller. Use on_worker_failure='raise' and on_env_error='raise' (the defaults)"
+            )
         self.env = env
         self.num_envs = env.num_envs
         self.single_observation_space = env.single_observation_space
         self.single_action_space = env.single_action_space
-        self.buffers = Buffers(env.obs, env.actions, env.reward, env.terminated, env.truncated, lent=not copy)
+        self.buffers = Buffers(env.obs, env.actions, env.reward, env.terminated, env.truncated, lent=True)
         self._restarts = config.policy.restarts_finished_envs
         # Allocated once: a fresh megabyte every step costs page faults that double a step at large N.
         self._ended = torch.empty_like(env.obs)

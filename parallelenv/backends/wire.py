@@ -5,6 +5,12 @@ worker hosts, is a single byte, and its reply when no env returned an info
 is an empty message: the results themselves are already in shared memory,
 and the parent knows which call a reply answers because each worker answers
 in the order it was asked.
+
+The parts of spaces of no fixed shape are in no shared memory (see
+:mod:`parallelenv.batching`): a step carries its envs' rows of such action
+parts, and a reply that leaves results carries its envs' rows of such
+observation parts, each written into the receiver's buffers on arrival.
+Where every part has a fixed shape, nothing of this is sent.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from typing import Any
 
 import cloudpickle
 
-from parallelenv.calls import Done, Failure, Step, method_name, per_env_fields
+from parallelenv.backends.buffers import Buffers
+from parallelenv.batching import read_private_rows, write_private_rows
+from parallelenv.calls import NO_RESULT_CALLS, Done, Failure, Step, method_name, per_env_fields
 
 _STEP_GROUP = b"s"  # pickles start with b"\x80", so one byte cannot be mistaken for one
 _STEP_GROUP_COUNTED = b"c"
@@ -32,6 +40,15 @@ class CountedStep:
     step: Step
 
 
+@dataclass(frozen=True)
+class WithRows:
+    """A call or reply (``message``, about ``env_ids``) and those envs' rows of the buffers' private parts."""
+
+    message: Any
+    env_ids: tuple[int, ...]
+    rows: list[Any]
+
+
 def encode(message: Any) -> bytes:
     """Plain pickle where it can (faster); cloudpickle for what plain pickle refuses."""
     try:
@@ -40,8 +57,8 @@ def encode(message: Any) -> bytes:
         return cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False) -> bytes:
-    """A call as the worker will read it.
+def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, buffers: Buffers | None = None) -> bytes:
+    """A call as the worker will read it; a step carries its actions' rows of ``buffers``' private parts.
 
     cloudpickle, not pickle: a function or class the user defined in the
     script being run (``__main__``) pickles by reference, and the worker's
@@ -49,8 +66,13 @@ def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False) ->
     Anything that cannot travel raises here, in the caller, before any worker
     is sent anything.
     """
-    if type(call) is Step and call.env_ids == group_ids:
-        return _STEP_GROUP_COUNTED if counted else _STEP_GROUP
+    if type(call) is Step:
+        if buffers is not None and buffers.private_actions:
+            message = CountedStep(call) if counted else call
+            rows = read_private_rows(buffers.private_actions, call.env_ids)
+            return encode_user_data(WithRows(message, call.env_ids, rows), call)
+        if call.env_ids == group_ids:
+            return _STEP_GROUP_COUNTED if counted else _STEP_GROUP
     return encode_user_data(call, call)
 
 
@@ -76,13 +98,23 @@ def _what_cannot_travel(call: Any) -> str:
     return "what was passed"
 
 
-def decode_call(data: bytes, group_step: Step, counted_group_step: CountedStep) -> Any:
-    """The call, a :class:`CountedStep`, or another message (``Close``); ``group_step`` is the worker's whole group."""
+def decode_call(data: bytes, group_step: Step, counted_group_step: CountedStep, buffers: Buffers | None = None) -> Any:
+    """The call, a :class:`CountedStep`, or another message (``Close``); ``group_step`` is the worker's whole group.
+
+    The action rows a step brings are written into ``buffers`` here.
+    """
     if data == _STEP_GROUP:
         return group_step
     if data == _STEP_GROUP_COUNTED:
         return counted_group_step
-    return pickle.loads(data)
+    message = pickle.loads(data)
+    if isinstance(message, WithRows):
+        assert buffers is not None, "a step with action rows needs the buffers to write them into"
+        write_private_rows(buffers.private_actions, message.env_ids, message.rows)
+        message = message.message
+        if isinstance(message, CountedStep):  # the worker knows a counted step by its own object
+            return counted_group_step
+    return message
 
 
 def is_quiet(encoded_reply: bytes) -> bool:
@@ -104,17 +136,25 @@ def unreadable(exc: BaseException) -> bytes:
     return encode(Unreadable(failure.exc_type, failure.message, failure.traceback))
 
 
-def encode_reply(reply: Done) -> bytes:
-    if reply.call_type is Step and not reply.values and not reply.failures:
+def encode_reply(reply: Done, buffers: Buffers | None = None) -> bytes:
+    """``reply`` as the parent reads it; one that leaves results brings its envs' rows of ``buffers``' private parts."""
+    private = buffers.private_obs if buffers is not None else None
+    if reply.call_type is Step and not reply.values and not reply.failures and not private:
         return _STEP_DONE_NO_INFO
+    message: Done | WithRows = reply
+    if private and reply.call_type not in NO_RESULT_CALLS:
+        message = WithRows(reply, reply.env_ids, read_private_rows(private, reply.env_ids))
     try:
-        return encode(reply)
-    except Exception:  # an info, attribute or return value that cannot be pickled
-        return encode(_sendable(reply))
+        return encode(message)
+    except Exception:  # an info, attribute, return value or observation that cannot be pickled
+        return encode(_sendable(message))
 
 
-def decode_reply(data: bytes, env_ids: tuple[int, ...]) -> Done:
-    """The reply to the call for ``env_ids``, the oldest this worker has not answered."""
+def decode_reply(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None = None) -> Done:
+    """The reply to the call for ``env_ids``, the oldest this worker has not answered.
+
+    The observation rows it brings are written into ``buffers`` here.
+    """
     if data == _STEP_DONE_NO_INFO:
         return Done(Step, env_ids, {})
     reply = pickle.loads(data)
@@ -125,19 +165,49 @@ def decode_reply(data: bytes, env_ids: tuple[int, ...]) -> Done:
         )
         # A step of a whole group is one byte that always reads: this call was no step.
         return Done(type(None), env_ids, {}, failures)
+    if isinstance(reply, WithRows):
+        assert buffers is not None, "a reply with observation rows needs the buffers to write them into"
+        write_private_rows(buffers.private_obs, reply.env_ids, reply.rows)
+        reply = reply.message
     return reply
 
 
-def _sendable(reply: Done) -> Done:
-    """``reply`` with each value that cannot be pickled turned into its env's failure."""
-    values, failures = {}, list(reply.failures)
-    for env_id, value in reply.values.items():
-        try:
-            encode(value)
-        except Exception as exc:
-            failure = Failure.from_exception(env_id, reply.call_type.__name__.lower(), exc)
-            message = f"its result cannot be sent back from the worker process: {failure.message}"
-            failures.append(dataclasses.replace(failure, message=message))
-        else:
+def _sendable(message: Done | WithRows) -> Done | WithRows:
+    """``message`` with each value or observation row that cannot be pickled turned into its env's failure."""
+    if isinstance(message, WithRows):
+        failures, kept = [], []
+        for position, env_id in enumerate(message.env_ids):
+            failure = _unsendable(env_id, message.message, [rows[position] for rows in message.rows], "observation")
+            if failure is None:
+                kept.append(position)
+            else:
+                failures.append(failure)
+        reply = _sendable(_failing(message.message, failures))
+        return WithRows(reply, tuple(message.env_ids[p] for p in kept), [rows[kept] for rows in message.rows])
+    values, failures = {}, []
+    for env_id, value in message.values.items():
+        failure = _unsendable(env_id, message, value, "result")
+        if failure is None:
             values[env_id] = value
-    return Done(reply.call_type, reply.env_ids, values, tuple(failures))
+        else:
+            failures.append(failure)
+    return _failing(Done(message.call_type, message.env_ids, values, message.failures, message.info), failures)
+
+
+def _unsendable(env_id: int, reply: Done, value: Any, what: str) -> Failure | None:
+    try:
+        encode(value)
+    except Exception as exc:
+        failure = Failure.from_exception(env_id, reply.call_type.__name__.lower(), exc)
+        return dataclasses.replace(failure, message=f"its {what} cannot be sent back from the worker process: "
+                                                    f"{failure.message}")
+    return None
+
+
+def _failing(reply: Done, failures: list[Failure]) -> Done:
+    """``reply`` with these envs failing too, their values dropped."""
+    if not failures:
+        return reply
+    failed = {failure.env_index for failure in failures}
+    values = {env_id: value for env_id, value in reply.values.items() if env_id not in failed}
+    return Done(reply.call_type, reply.env_ids, values, (*reply.failures, *failures), reply.info)

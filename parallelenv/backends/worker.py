@@ -143,6 +143,7 @@ LINGER_S = 0.0003
 def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: WorkerCountdown) -> None:
     """Answer calls in order; a counted step is answered through ``countdown`` (see its module)."""
     recv, send, run = conn.recv_bytes, conn.send_bytes, group.run
+    buffers = group.buffers  # its parts of no fixed shape are this process's own: they travel with the messages
     group_step = Step(group.all_ids)
     counted_group_step = wire.CountedStep(group_step)
     incoming = select.poll()
@@ -152,16 +153,16 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
             linger(incoming, linger_s)
         data = recv()
         try:
-            message = wire.decode_call(data, group_step, counted_group_step)
+            message = wire.decode_call(data, group_step, counted_group_step, buffers)
         except Exception as exc:  # the caller's data needs what this process cannot import
             send(wire.unreadable(exc))
             continue
         if isinstance(message, Close):
             return
         if message is not counted_group_step:
-            send(wire.encode_reply(run(message)))
+            send(wire.encode_reply(run(message), buffers))
             continue
-        reply = wire.encode_reply(run(message.step))
+        reply = wire.encode_reply(run(message.step), buffers)
         quiet = wire.is_quiet(reply)
         # Wake the parent before writing: it sleeps on the countdown, not on
         # the pipes, so a reply larger than the pipe's buffer would block here

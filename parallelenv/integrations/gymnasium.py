@@ -21,6 +21,10 @@ first is the view's default; pick another with ``autoreset_mode=``):
   matches no Gymnasium mode and is refused.
 
 ``reset(options={"reset_mask": mask})`` works in every mode.
+
+The part of a space of no fixed shape (Graph, Sequence, Text, OneOf, a
+custom Space subclass) is returned as Gymnasium's vector envs return it, a
+tuple of per-env values, where the ParallelEnv returns a 1-D object array.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from parallelenv.batching import allocate, check_batch, put, take, zeros
+from parallelenv.batching import allocate, as_gymnasium_batch, check_batch, private_parts, put, take, zeros
 from parallelenv.calls import Arguments
 from parallelenv.infos import RESTART_KEYS
 from parallelenv.parallel_env import ParallelEnv
@@ -109,6 +113,8 @@ class GymnasiumVectorEnv(VectorEnv):
         self._finished = np.zeros(self.num_envs, dtype=bool)
         # The observations last returned: a reset_mask reset returns them for the envs it leaves alone.
         self._obs = allocate(self.single_observation_space, self.num_envs, zeros)
+        # Parts of no fixed shape come from the ParallelEnv as object arrays; Gymnasium's are tuples.
+        self._has_object_parts = bool(private_parts(self._obs))
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:
@@ -128,7 +134,7 @@ class GymnasiumVectorEnv(VectorEnv):
             return self._reset_masked(mask, seed, options)
         self._finished[:] = False
         self._obs, info = self.penv.reset(seed=seed, options=options)
-        return self._obs, info
+        return self._as_gymnasium(self._obs), info
 
     def _reset_masked(self, mask: np.ndarray, seed: Any, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """Reset the envs of ``mask``; the others keep the obs last returned and report no info."""
@@ -142,7 +148,7 @@ class GymnasiumVectorEnv(VectorEnv):
         put(obs, ids, reset_obs)
         self._finished[ids] = False
         self._obs = obs
-        return obs, _spread(info, ids, self.num_envs)
+        return self._as_gymnasium(obs), _spread(info, ids, self.num_envs)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         mode = self.autoreset_mode
@@ -163,7 +169,13 @@ class GymnasiumVectorEnv(VectorEnv):
         if mode is not AutoresetMode.SAME_STEP:
             self._finished = result[2] | result[3]
         self._obs = result[0]
+        if self._has_object_parts:
+            return (as_gymnasium_batch(result[0]), *result[1:])
         return result
+
+    def _as_gymnasium(self, obs: Any) -> Any:
+        """Observations as Gymnasium's vector envs return them (see ``batching.as_gymnasium_batch``)."""
+        return as_gymnasium_batch(obs) if self._has_object_parts else obs
 
     def _reset_and_step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """NEXT_STEP: reset the envs that finished last step, step the others."""

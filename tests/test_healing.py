@@ -1,0 +1,281 @@
+"""Surviving failures: on_worker_failure / on_env_error = "restart".
+
+The soak drives :class:`envs.SoakEnv`, whose actions inject faults, and
+checks every step against a fault-free run of the same envs with the same
+seeds and actions (an env is compared until its first rebuild, after which
+its new episodes are checked to count on without a gap), the failure log
+against the faults injected, and processes, threads, descriptors and
+shared memory against what there was before.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from conftest import HAS_RAY, TESTS_DIR, host_of, live_children, our_segments
+from envs import FaultyEnv, SoakEnv, counting
+
+from parallelenv import ParallelEnv, WorkerDiedError
+from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_HUNG
+
+FAULTS = ("step raises", "reset raises", "exits", "killed", "hangs")
+ACTION_OF = {"step raises": SoakEnv.STEP_RAISES, "reset raises": SoakEnv.NEXT_RESET_RAISES,
+             "exits": SoakEnv.EXITS, "hangs": SoakEnv.HANGS}
+KIND_OF = {"step raises": ENV_ERROR, "reset raises": ENV_ERROR, "exits": WORKER_DIED, "killed": WORKER_DIED,
+           "hangs": WORKER_HUNG}
+
+
+@dataclass(frozen=True)
+class Fault:
+    step: int
+    env_id: int
+    what: str
+
+
+def fault_plan(num_steps: int, num_faults: int, num_envs: int, seed: int) -> dict[int, Fault]:
+    """``num_faults`` faults at distinct random steps, every kind equally often, from a seeded RNG."""
+    rng = np.random.default_rng(seed)
+    steps = np.sort(rng.choice(np.arange(5, num_steps), size=num_faults, replace=False))
+    kinds = [FAULTS[i % len(FAULTS)] for i in range(num_faults)]
+    rng.shuffle(kinds)
+    return {int(t): Fault(int(t), int(rng.integers(num_envs)), what) for t, what in zip(steps, kinds, strict=True)}
+
+
+def resources() -> tuple[set[int], int, int, set[str]]:
+    return {p.pid for p in live_children()}, threading.active_count(), len(os.listdir("/proc/self/fd")), our_segments()
+
+
+def soak(para_mode: str, num_steps: int, num_faults: int, call_timeout: float, **options) -> list:
+    num_envs = 8
+    plan = fault_plan(num_steps, num_faults, num_envs, seed=num_steps)
+    rng = np.random.default_rng(1)
+    actions = rng.integers(0, 5, size=(num_steps, num_envs))
+    factories = [functools.partial(SoakEnv, tag=i) for i in range(num_envs)]
+    reference = ParallelEnv(factories, asynchronous="restart")
+    penv = ParallelEnv(factories, para_mode=para_mode, asynchronous="restart", on_worker_failure="restart",
+                       on_env_error="restart", max_restarts=10 * num_faults, call_timeout=call_timeout, **options)
+    try:
+        hosts = [host_of(penv.backend, e)[0] for e in range(num_envs)]  # a worker, or an actor
+        workmates = {e: [i for i in range(num_envs) if hosts[i] == hosts[e]] for e in range(num_envs)}
+        expected_log = []
+        ref_obs, _ = reference.reset(seed=7)
+        obs, _ = penv.reset(seed=7)
+        np.testing.assert_array_equal(obs, ref_obs)
+        rebuilt_ever = np.zeros(num_envs, dtype=bool)
+        for t in range(num_steps):
+            step_actions = actions[t].copy()
+            fault = plan.get(t)
+            restarted = set()
+            if fault is not None:
+                if fault.what == "killed":
+                    os.kill(host_of(penv.backend, fault.env_id)[0], signal.SIGKILL)
+                else:
+                    step_actions[fault.env_id] = ACTION_OF[fault.what]
+                on_worker = KIND_OF[fault.what] != ENV_ERROR
+                restarted = set(workmates[fault.env_id]) if on_worker else {fault.env_id}
+                expected_log.append((KIND_OF[fault.what], tuple(sorted(restarted))))
+            previous = obs
+            obs, reward, terminated, truncated, info = penv.step(step_actions)
+            ref = reference.step(actions[t])
+            flags = info.get("_worker_restarted", np.zeros(num_envs, bool)) | info.get("_env_restarted",
+                                                                                     np.zeros(num_envs, bool))
+            assert set(np.flatnonzero(flags).tolist()) == restarted, (t, fault)
+            for e in range(num_envs):
+                if e in restarted:
+                    assert truncated[e] and not terminated[e] and reward[e] == 0, (t, e)
+                    assert obs[e][0] == e and obs[e][1] == 0, (t, e, obs[e])
+                    rebuilt_ever[e] = True
+                elif not rebuilt_ever[e]:  # as if nothing had happened
+                    for got, want in zip((obs, reward, terminated, truncated), ref[:4], strict=True):
+                        assert np.array_equal(got[e], want[e]), (t, e, got[e], want[e])
+                else:  # a rebuilt env's episodes count on, one step at a time
+                    count = previous[e][1]
+                    assert obs[e][1] == (0 if terminated[e] else count + 1) and obs[e][0] == e, (t, e)
+                    assert terminated[e] == (count + 1 == 3), (t, e)
+        log = [(failure.kind, failure.env_ids) for failure in penv.failures]
+        assert log == expected_log
+        return penv.failures
+    finally:
+        penv.close()
+        reference.close()
+
+
+def check_soak(para_mode: str, num_steps: int, num_faults: int, call_timeout: float, **options) -> None:
+    # A ParallelEnv first, so that what lives for the whole session (the
+    # forkserver, the resource tracker) is running before the count.
+    ParallelEnv([counting(0)], para_mode=para_mode).close()
+    children, threads, fds, segments = resources()
+    soak(para_mode, num_steps, num_faults, call_timeout, **options)
+    leaked = [p for p in live_children() if p.pid not in children]
+    assert not leaked, leaked
+    assert our_segments() == segments
+    assert threading.active_count() <= threads
+    assert len(os.listdir("/proc/self/fd")) <= fds
+
+
+@pytest.mark.timeout(120)
+def test_a_short_soak_on_subproc_survives_every_kind_of_fault():
+    check_soak("subproc", num_steps=1_500, num_faults=10, call_timeout=2.0, num_workers=4)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_soak_on_subproc_survives_sixty_faults_in_twenty_thousand_steps():
+    check_soak("subproc", num_steps=20_000, num_faults=60, call_timeout=2.0, num_workers=4)
+
+
+needs_ray = pytest.mark.skipif(not HAS_RAY, reason="needs ray (pip install -e '.[ray]')")
+
+
+@needs_ray
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("para_mode, options", [("ray", {}), ("ray-subproc", {"num_actors": 2, "num_workers_per_actor": 2})])
+def test_a_soak_on_ray_survives_every_kind_of_fault(ray_session, para_mode, options):
+    failures = soak(para_mode, num_steps=120, num_faults=5, call_timeout=5.0, **options)
+    assert {failure.kind for failure in failures} == {ENV_ERROR, WORKER_DIED, WORKER_HUNG}
+
+
+@needs_ray
+@pytest.mark.timeout(120)
+def test_a_killed_ray_actor_is_replaced(ray_session):
+    with ParallelEnv([counting(i, 1000) for i in range(4)], para_mode="ray-subproc", num_actors=2,
+                     num_workers_per_actor=1, on_worker_failure="restart") as penv:
+        penv.reset(seed=0)
+        actor_pid = penv.backend.pids()[0]  # the first actor, hosting envs 0 and 1
+        os.kill(actor_pid, signal.SIGKILL)
+        obs, _, _, truncated, info = penv.step([0, 0, 0, 0])
+        assert info["_worker_restarted"].tolist() == [True, True, False, False]
+        assert truncated.tolist() == [True, True, False, False]
+        assert obs[:, 1].tolist() == [0, 0, 1, 1]
+        assert actor_pid not in penv.backend.pids()
+        assert penv.failures[0].env_ids == (0, 1)
+
+
+@needs_ray
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_envs_of_a_lost_ray_node_are_rebuilt_on_the_surviving_nodes():
+    """A head and two worker nodes (ray.cluster_utils.Cluster), in a process of its own."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)])}
+    done = subprocess.run([sys.executable, str(TESTS_DIR / "ray_multinode.py"), "ray-subproc", "restart"], env=env,
+                          capture_output=True, text=True, timeout=360)
+    assert done.returncode == 0, done.stderr[-4000:]
+    import json
+
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["expected"] and seen["restarted"] == seen["expected"], seen
+    assert seen["raised"] is None, seen
+    assert seen["doomed"] not in seen["nodes_after"], seen
+    assert seen["closed"], seen
+
+
+# ----------------------------------------------------------------- the budget and the choices
+
+
+@pytest.mark.timeout(60)
+def test_past_the_budget_the_failure_raises_naming_it(no_leaks):
+    factories = [functools.partial(FaultyEnv, tag=i, at_step=2 if i == 0 else 10**9, how="exit") for i in range(2)]
+    penv = ParallelEnv(factories, para_mode="subproc", num_workers=2, asynchronous="restart",
+                       on_worker_failure="restart", max_restarts=2)
+    penv.reset(seed=0)
+    with pytest.raises(WorkerDiedError) as caught:
+        for _ in range(20):  # env 0 dies on its second step, every life
+            penv.step([0, 0])
+    assert "max_restarts=2" in str(caught.value) and caught.value.env_indices == [0]
+    assert len(penv.failures) == 2
+    with pytest.raises(WorkerDiedError):
+        penv.step([0, 0])  # broken for good, as without healing
+    penv.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_env_error_past_the_budget_raises_as_without_healing(no_leaks):
+    from parallelenv import EnvError
+
+    factories = [functools.partial(FaultyEnv, tag=i, at_step=1 if i == 1 else 10**9) for i in range(2)]
+    with ParallelEnv(factories, asynchronous="restart", on_env_error="restart", max_restarts=1) as penv:
+        penv.reset(seed=0)
+        _, _, _, truncated, info = penv.step([0, 0])  # env 1 raises on every first step: rebuilt once
+        assert truncated.tolist() == [False, True] and info["_env_restarted"].tolist() == [False, True]
+        with pytest.raises(EnvError) as caught:
+            penv.step([0, 0])
+        assert caught.value.env_index == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_reset_under_way_when_its_worker_dies_is_done_again(no_leaks):
+    factories = [functools.partial(FaultyEnv, tag=i, at_step=10**9) for i in range(4)]
+    with ParallelEnv(factories, para_mode="subproc", num_workers=2, on_worker_failure="restart") as penv:
+        first, _ = penv.reset(seed=3)
+        os.kill(penv.backend.env_pids()[3], signal.SIGKILL)
+        again, _ = penv.reset(seed=3)
+        np.testing.assert_array_equal(again, first)  # the same seeds, on rebuilt envs
+        assert penv.failures[0].env_ids == (2, 3)
+
+
+@pytest.mark.timeout(60)
+def test_an_env_rebuilt_while_idle_answers_its_next_step(no_leaks):
+    factories = [functools.partial(FaultyEnv, tag=i, at_step=10**9) for i in range(4)]
+    with ParallelEnv(factories, para_mode="subproc", num_workers=2, on_worker_failure="restart") as penv:
+        penv.reset(seed=0)
+        penv.send([0, 0], id=[0, 1])
+        penv.recv()  # the worker of envs 2 and 3 had nothing to do
+        os.kill(penv.backend.env_pids()[2], signal.SIGKILL)
+        penv.send([0, 0], id=[0, 1])
+        obs, _, _, truncated, _ = penv.recv()
+        assert obs[:, 1].tolist() == [2, 2] and not truncated.any()  # the healthy worker, untouched
+        # Nothing was under way on envs 2 and 3 when they died: the next call finds their worker gone.
+        obs, _, _, truncated, info = penv.step([0, 0, 0, 0])
+        assert truncated.tolist() == [False, False, True, True]
+        assert info["_worker_restarted"].tolist() == [False, False, True, True]
+        assert obs[:, 1].tolist() == [3, 3, 0, 0]
+
+
+@pytest.mark.parametrize("para_mode, option", [("dummy", "on_worker_failure"), ("tensor", "on_worker_failure"),
+                                               ("tensor", "on_env_error")])
+def test_backends_without_workers_refuse_restarts(para_mode, option):
+    if para_mode == "tensor":
+        pytest.importorskip("torch")
+        from parallelenv.envs import CartPole
+
+        envs = CartPole(num_envs=2, device="cpu")
+    else:
+        envs = [counting(0), counting(1)]
+    with pytest.raises(ValueError, match="restart"):
+        ParallelEnv(envs, para_mode=para_mode, **{option: "restart"})
+
+
+@pytest.mark.parametrize("bad", [{"on_worker_failure": "retry"}, {"on_env_error": True}, {"max_restarts": -1},
+                                 {"restart_window": 0}])
+def test_bad_healing_arguments_are_refused(bad):
+    with pytest.raises(ValueError):
+        ParallelEnv([counting(0)], **bad)
+
+
+def test_dummy_refuses_to_rebuild_env_instances():
+    from envs import CountingEnv
+
+    with pytest.raises(ValueError, match="factories"):
+        ParallelEnv([CountingEnv(0), CountingEnv(1)], on_env_error="restart")
+
+
+@pytest.mark.timeout(60)
+def test_env_instances_are_rebuilt_from_the_copies_the_backend_holds(no_leaks):
+    envs = [FaultyEnv(tag=i, at_step=2 if i == 1 else 10**9) for i in range(2)]
+    with ParallelEnv(envs, para_mode="subproc", asynchronous="restart", on_env_error="restart",
+                     on_worker_failure="restart") as penv:
+        penv.reset(seed=0)
+        penv.step([0, 0])
+        obs, _, _, truncated, info = penv.step([0, 0])  # env 1 raises: rebuilt from its pickled copy
+        assert truncated.tolist() == [False, True] and info["_env_restarted"].tolist() == [False, True]
+        assert obs[:, 1].tolist() == [2, 0]
+        assert penv.get_env_attr("step_calls", id=1) == [0]  # a new env, as the caller's instance was
+        assert envs[1].step_calls == 0  # the caller's own instance never stepped
