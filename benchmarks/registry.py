@@ -64,6 +64,9 @@ class WrapperSpec:
     # that is no part of the wrapper's own start-up, such as a Ray cluster.
     session: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
     note: str = ""
+    # The wrapper this one is a variant of (one option changed): where both
+    # ran on a workload, the report gives the ratio to it, round by round.
+    baseline: str | None = None
 
 
 WRAPPERS: dict[str, WrapperSpec] = {}

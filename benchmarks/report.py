@@ -22,6 +22,8 @@ COLUMNS = ("workload", "wrapper", "kind", "N", "steps/s median (min..max)", "us/
            "parent CPU us/step", "x best peer", "start-up s", "peak RSS MiB (PSS)")
 AGAINST_COLUMNS = ("workload", "wrapper", "steps/s: tree / {rev}", "per round (min..max)",
                    "parent CPU/step: tree / {rev}")
+BASELINE_COLUMNS = ("workload", "wrapper", "baseline", "steps/s: wrapper / baseline", "per round (min..max)",
+                    "parent CPU/step: wrapper / baseline")
 
 
 def summarize(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -34,6 +36,7 @@ def summarize(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["best_peer"] = peer[0] if peer else None
         row["ratio_to_best_peer"] = row["median"] / peer[1] if peer and row["median"] else None
     _compare_with_revision(rows)
+    _compare_with_baseline(rows)
     return rows
 
 
@@ -52,15 +55,25 @@ def _compare_with_revision(rows: list[dict[str, Any]]) -> None:
         for revision in revisions:
             twin = twins.get((row["workload"], f"{row['wrapper']}@{revision}"))
             if twin and row["median"] and twin["median"]:
-                row["against_revision"] = _ratios(row, twin)
+                row["against_revision"] = {"revision": twin["revision"], **_ratios(row, twin)}
+
+
+def _compare_with_baseline(rows: list[dict[str, Any]]) -> None:
+    """``against_baseline`` of each row whose wrapper is a variant of another measured on its workload."""
+    measured = {(row["workload"], row["wrapper"]): row for row in rows}
+    for row in rows:
+        spec = WRAPPERS.get(row["wrapper"])
+        baseline = measured.get((row["workload"], spec.baseline)) if spec and spec.baseline else None
+        row["against_baseline"] = None
+        if baseline and row["median"] and baseline["median"]:
+            row["against_baseline"] = {"baseline": baseline["wrapper"], **_ratios(row, baseline)}
 
 
 def _ratios(row: dict[str, Any], twin: dict[str, Any]) -> dict[str, Any]:
-    """Working tree / REV: of the medians, and of each round's pair measured side by side."""
+    """``row`` / ``twin`` (REV's, or a baseline): of the medians, and of each round's pair measured side by side."""
     cpu, twin_cpu = row["parent_cpu_us_per_step_median"], twin["parent_cpu_us_per_step_median"]
     paired = len(row["rates"]) == len(twin["rates"])  # else a round failed on one side
     return {
-        "revision": twin["revision"],
         "steps_per_s_ratio": row["median"] / twin["median"],
         "round_ratios": [a / b for a, b in zip(row["rates"], twin["rates"], strict=True)] if paired else [],
         "parent_cpu_ratio": cpu / twin_cpu if cpu is not None and twin_cpu else None,
@@ -100,7 +113,31 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "| " + " | ".join(["---"] * 3 + ["---:"] * (len(COLUMNS) - 3)) + " |",
     ]
     lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
-    return "\n".join(lines + [""] + _against_table(rows, meta["settings"]) + _notes(rows)) + "\n"
+    tables = _baseline_table(rows) + _against_table(rows, meta["settings"])
+    return "\n".join(lines + [""] + tables + _notes(rows)) + "\n"
+
+
+def _baseline_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Each variant / the wrapper it varies, from the same rounds; empty when no pair ran."""
+    compared = [row for row in rows if row["against_baseline"]]
+    if not compared:
+        return []
+    lines = ["Variants / their baseline, medians, each round's pair measured side by side; above 1 the "
+             "variant steps faster, or spends more of the caller's CPU per step:", "",
+             "| " + " | ".join(BASELINE_COLUMNS) + " |",
+             "| " + " | ".join(["---"] * 3 + ["---:"] * (len(BASELINE_COLUMNS) - 3)) + " |"]
+    for row in compared:
+        ratios = row["against_baseline"]
+        lines.append("| " + " | ".join([row["workload"], row["wrapper"], ratios["baseline"]]
+                                       + _ratio_cells(ratios)) + " |")
+    return lines + [""]
+
+
+def _ratio_cells(ratios: dict[str, Any]) -> list[str]:
+    """The median ratio, the spread of the rounds' ratios, and the parent-CPU ratio, as table cells."""
+    rounds, cpu = ratios["round_ratios"], ratios["parent_cpu_ratio"]
+    return [f"{ratios['steps_per_s_ratio']:.3f}x", f"{min(rounds):.3f}..{max(rounds):.3f}" if len(rounds) > 1 else "",
+            "" if cpu is None else f"{cpu:.3f}x"]
 
 
 def _against_table(rows: list[dict[str, Any]], settings: dict[str, Any]) -> list[str]:
@@ -115,13 +152,8 @@ def _against_table(rows: list[dict[str, Any]], settings: dict[str, Any]) -> list
              "| " + " | ".join(column.format(rev=rev) for column in AGAINST_COLUMNS) + " |",
              "| " + " | ".join(["---"] * 2 + ["---:"] * (len(AGAINST_COLUMNS) - 2)) + " |"]
     for row in compared:
-        ratios = row["against_revision"]
-        rounds = ratios["round_ratios"]
-        cpu = ratios["parent_cpu_ratio"]
-        lines.append("| " + " | ".join([
-            row["workload"], row["wrapper"], f"{ratios['steps_per_s_ratio']:.3f}x",
-            f"{min(rounds):.3f}..{max(rounds):.3f}" if len(rounds) > 1 else "",
-            "" if cpu is None else f"{cpu:.3f}x"]) + " |")
+        lines.append("| " + " | ".join([row["workload"], row["wrapper"]] + _ratio_cells(row["against_revision"]))
+                     + " |")
     return lines + [""]
 
 

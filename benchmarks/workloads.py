@@ -55,18 +55,25 @@ class _FixedLengthEnv(gym.Env):
         """The cost of one step; nothing by default."""
 
 
-class BusyEnv(_FixedLengthEnv):
-    """CPU-bound: each step burns ``cpu_seconds`` of CPU; Box(64,) obs."""
+class _Box64Env(_FixedLengthEnv):
+    """Box(64,) observations of zeros and Discrete(4) actions: a step costs only its ``_work``."""
 
-    def __init__(self, cpu_seconds: float = 0.0005, episode_steps: int = 200) -> None:
+    def __init__(self, episode_steps: int) -> None:
         super().__init__(episode_steps)
-        self._cpu_seconds = cpu_seconds
         self.observation_space = spaces.Box(-1.0, 1.0, (64,), np.float32)
         self.action_space = spaces.Discrete(4)
         self._obs = np.zeros(64, np.float32)
 
     def _observe(self) -> np.ndarray:
         return self._obs
+
+
+class BusyEnv(_Box64Env):
+    """CPU-bound: each step burns ``cpu_seconds`` of CPU."""
+
+    def __init__(self, cpu_seconds: float = 0.0005, episode_steps: int = 200) -> None:
+        super().__init__(episode_steps)
+        self._cpu_seconds = cpu_seconds
 
     def _work(self) -> None:
         burn_cpu(self._cpu_seconds)
@@ -109,6 +116,22 @@ class JitterEnv(_FixedLengthEnv):
         time.sleep(self.np_random.uniform(self._low, self._high))
 
 
+class WaitEnv(_Box64Env):
+    """Waits ``wait_s`` each step without using a core, as an env waiting on I/O,
+    a renderer or a simulator in another process does."""
+
+    def __init__(self, wait_s: float = 0.001, episode_steps: int = 200) -> None:
+        super().__init__(episode_steps)
+        self._wait_s = wait_s
+
+    def _work(self) -> None:
+        # To a deadline: a sleep that wakes early sleeps the rest, so every
+        # step waits its full time however the scheduler wakes it.
+        deadline = time.perf_counter() + self._wait_s
+        while (left := deadline - time.perf_counter()) > 0:
+            time.sleep(left)
+
+
 @dataclass(frozen=True)
 class Workload:
     """One row group of the table: an env, how many copies, how long to run."""
@@ -138,6 +161,7 @@ class Workload:
 
 _cartpole = functools.partial(gym.make, "CartPole-v1")
 TENSOR_WRAPPERS = ("parallelenv-tensor", "tensorenv-direct", "gymnasium-numpy-vector")
+COLLECT_WRAPPERS = ("parallelenv-collect-plain", "parallelenv-collect-overlapped")
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -152,6 +176,10 @@ WORKLOADS: dict[str, Workload] = {
                  description="84x84x4 uint8 obs: moving large observations"),
         Workload("jitter16", 16, functools.partial(JitterEnv), 4, steps=200, quick_steps=40,
                  description="0.1-2 ms random sleep: stragglers, async k-of-n"),
+        # A policy chooses the actions here (the pre-sampled ones only say how many steps).
+        Workload("collect16", 16, functools.partial(WaitEnv), 4, steps=300, quick_steps=50,
+                 description="1 ms wait per step, torch MLP policy: VecWorker.collect, overlapped or not",
+                 wrappers=COLLECT_WRAPPERS),
         # Batched envs: the factories only say how many; each wrapper builds its own vectorised CartPole.
         *(Workload(f"tensor-cartpole-{n}", n, _cartpole, 2, steps=steps, quick_steps=20,
                    description=f"CartPole-v1 x{n} as batched arrays/tensors on the CPU",

@@ -109,6 +109,75 @@ register("parallelenv-subproc-async", SUBPROCESS, ours=True, requires=("parallel
     functools.partial(ParallelEnvAsyncRunner, mode="subproc", worker_per_env=True))
 
 
+class MLPPolicy:
+    """Greedy actions of an MLP on the observations: deterministic, and each row on its own."""
+
+    def __init__(self, obs_size: int, num_actions: int, hidden: Sequence[int]) -> None:
+        import torch
+
+        torch.manual_seed(0)
+        sizes = [obs_size, *hidden]
+        layers: list[Any] = []
+        for size_in, size_out in zip(sizes, sizes[1:], strict=False):
+            layers += [torch.nn.Linear(size_in, size_out), torch.nn.Tanh()]
+        self.net = torch.nn.Sequential(*layers, torch.nn.Linear(sizes[-1], num_actions))
+
+    def __call__(self, obs: Any) -> Any:
+        return self.net(obs).argmax(dim=1)
+
+
+class CollectRunner(Runner):
+    """Ours, with a policy in the loop: ``VecWorker.collect`` over subproc, one worker per env.
+
+    The pre-sampled actions only say how many steps to take; the policy, a
+    torch MLP, chooses the actions. ``overlap`` is the one difference
+    between the two wrappers built from it.
+    """
+
+    # Three hidden layers of 512: ~0.8 ms a forward pass on a batch of 16 on
+    # one thread of this machine, about as long as a step of collect16's envs
+    # (of 256: ~0.3 ms, mostly fixed cost per layer, which halves do not halve).
+    hidden = (512, 512, 512)
+
+    def __init__(self, factories: Sequence[EnvFactory], overlap: bool) -> None:
+        import gymnasium
+        import torch
+
+        from parallelenv import ParallelEnv
+        from parallelenv.rollout import VecWorker
+
+        # One thread: the policy has the caller's core; a second thread would
+        # contend with the workers for the other core, and stall on a busy host.
+        torch.set_num_threads(1)
+        # A worker per env, so that envs that wait do so side by side.
+        penv = ParallelEnv(list(factories), para_mode="subproc", asynchronous="restart",
+                           num_workers=len(factories))
+        policy = MLPPolicy(gymnasium.spaces.flatdim(penv.single_observation_space),
+                           int(penv.single_action_space.n), self.hidden)
+        self.worker = VecWorker(penv, policy, output="torch", device="cpu", overlap=overlap)
+
+    def reset(self, seed: int) -> None:
+        self.worker.start_episode(seed)
+
+    def run(self, actions: np.ndarray) -> int:
+        return int(self.worker.collect(len(actions)).reward.numel())
+
+    def close(self) -> None:
+        self.worker.shutdown()
+
+
+COLLECT_NOTE = (f"VecWorker.collect, output='torch', subproc with num_workers=N, a torch MLP "
+                f"{'x'.join(map(str, CollectRunner.hidden))} on one thread choosing the actions")
+# Not in --quick: each repeat imports torch and starts 16 workers, and bench-quick must stay under two minutes.
+register("parallelenv-collect-plain", SUBPROCESS, ours=True, requires=("parallelenv", "torch"), quick=False,
+         workloads=frozenset({"collect16"}), note=f"{COLLECT_NOTE}; every env steps together")(
+    functools.partial(CollectRunner, overlap=False))
+register("parallelenv-collect-overlapped", SUBPROCESS, ours=True, requires=("parallelenv", "torch"), quick=False,
+         workloads=frozenset({"collect16"}), baseline="parallelenv-collect-plain",
+         note=f"{COLLECT_NOTE}; overlap=True: one half steps while the policy acts for the other")(
+    functools.partial(CollectRunner, overlap=True))
+
+
 class TensorRunner(Runner):
     """Ours, batched: the tensor CartPole, through ParallelEnv or called directly.
 

@@ -14,6 +14,16 @@ ParallelEnv's ``asynchronous`` policy:
 
 ``max_episode_length`` cuts episodes the same way, as truncations.
 
+``overlap=True`` is Sample Factory's double-buffered sampling over the
+ParallelEnv's ``send``/``recv``: :meth:`VecWorker.collect` splits the envs
+into two halves and computes one half's actions while the other half steps,
+so that neither the policy nor the envs wait for each other. Each env sees the
+same actions in the same order as without it, provided the policy acts on
+each row alone (it is called on half batches). Under ``asynchronous=None``
+one env's end ends every env's episode, so a half cannot start its next step
+before the other half's results are in: the results are the same, the
+overlap is lost.
+
 ``seed`` and ``worker_number`` play garage's parts: workers built with one
 base seed and different worker numbers give their envs distinct seeds, each
 derived with ``numpy.random.SeedSequence`` (``VecWorker.env_seeds`` lists them).
@@ -28,8 +38,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import gymnasium as gym
@@ -38,6 +48,7 @@ import numpy as np
 from parallelenv import arguments
 from parallelenv.arrays import (
     Tree,
+    concatenate,
     copy_tree,
     first_leaf,
     is_tensor,
@@ -50,7 +61,8 @@ from parallelenv.arrays import (
     tree_map,
 )
 from parallelenv.batching import check_batch
-from parallelenv.infos import ended_states, step_info
+from parallelenv.errors import EnvError, NoPendingCallError, ParallelEnvError
+from parallelenv.infos import ended_states, env_info, step_info, vector_info
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.trajectories import EpisodeBatch, StepFields, Transitions
 
@@ -62,6 +74,27 @@ class _Step(StepFields):
     """One step of every env, in the worker's output format, with its vector info."""
 
     info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Settled:
+    """One step of some envs, recorded, and where it left them."""
+
+    step: _Step
+    ended: np.ndarray  # the envs whose episode ended with it
+    obs: Tree  # their obs for the next step: a new episode's first where one ended
+    returns: list[float]  # of the episodes that ended, in env order
+    lengths: list[int]
+
+
+@dataclass
+class _Half:
+    """One half of the envs in overlapped collection."""
+
+    rows: slice
+    ids: np.ndarray
+    obs: Tree  # its obs for its next step
+    sent: tuple[Tree, Tree] | None = None  # the obs and actions of its step in flight
 
 
 class VecWorker:
@@ -84,6 +117,21 @@ class VecWorker:
             gets the seed of ``SeedSequence(seed, spawn_key=(w, i))``, so no two
             envs of such workers share a seed or a stream, as ``seed + w`` or
             ``seed + i`` would. :attr:`env_seeds` lists them.
+        overlap: let :meth:`collect` step one half of the envs while the
+            policy computes the other half's actions (see the module's
+            docstring). The policy is then called on half batches and must
+            act on each row alone, as a network without batch statistics
+            does; each env then sees the same actions, in the same order, as
+            without overlap. It hides the envs' waiting behind the policy,
+            at the price of a second send and recv per step and of two
+            policy calls on half batches: it pays where the envs wait on
+            cores of their own (I/O, a renderer, a simulator in another
+            process; a subproc worker per env, or Ray) and a half batch
+            costs the policy about half a batch's time. Measure it
+            (``python -m benchmarks --workloads collect16``). The episode
+            API (:meth:`step_episode`, :meth:`rollout`) steps every env
+            together either way. Needs two envs or more, and NumPy results
+            (the tensor backend's steps are already asynchronous on its device).
 
     Example:
         >>> import numpy as np
@@ -109,6 +157,7 @@ class VecWorker:
         device: Any = None,
         seed: Any = None,
         worker_number: int = 0,
+        overlap: bool = False,
     ) -> None:
         if not isinstance(penv, ParallelEnv):
             raise TypeError(f"penv must be a ParallelEnv, not {type(penv).__name__}")
@@ -120,6 +169,10 @@ class VecWorker:
             raise ValueError(f"output={output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
         if not isinstance(worker_number, int) or isinstance(worker_number, bool) or worker_number < 0:
             raise ValueError(f"worker_number={worker_number!r}; use a non-negative int")
+        if not isinstance(overlap, bool):
+            raise TypeError(f"overlap must be True or False, not {overlap!r}")
+        if overlap and len(penv) < 2:
+            raise ValueError(f"overlap=True steps two halves of the envs in turn; this ParallelEnv has {len(penv)} env")
         self.penv = penv
         self.policy = policy
         self.max_episode_length = max_episode_length
@@ -128,6 +181,10 @@ class VecWorker:
         n = self.num_envs = len(penv)
         self.seed = seed
         self.worker_number = worker_number
+        self.overlap = overlap
+        # Contiguous halves: a subproc worker hosts a contiguous group of envs,
+        # so (with whole groups in each half) a half's step is whole messages.
+        self._halves = (slice(0, n // 2), slice(n // 2, n))
         #: The seed each env's first reset gets (None: unseeded), in env order.
         self.env_seeds: tuple[int | None, ...] = self._env_seeds(seed)
         self._obs: Tree = None  # the current obs, in the output format; None until started
@@ -236,8 +293,9 @@ class VecWorker:
         if not self._recording:
             self._steps, self._first_step = [], self._step_count
             self._recording = True
-        step, ended = self._advance()
-        self._steps.append(step)
+        settled = self._step_every_env()
+        ended = settled.ended
+        self._steps.append(settled.step)
         for i in np.flatnonzero(ended).tolist():
             if self._episode_start[i] >= 0:
                 self._completed.append(self._episode(i))
@@ -275,6 +333,7 @@ class VecWorker:
 
         Episodes in progress when it starts are not reported by a later
         :meth:`collect_episode`: collect records transitions, not episodes.
+        With ``overlap=True`` the halves step in turn (see the constructor).
         """
         if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 1:
             raise ValueError(f"num_steps={num_steps!r}; use a positive int")
@@ -282,15 +341,16 @@ class VecWorker:
         self._recording = False
         self._steps, self._completed = [], []
         self._episode_start[:] = -1
+        if self.overlap:
+            return self._collect_overlapped(num_steps, progress)
         returns: list[float] = []
         lengths: list[int] = []
-        steps = []
+        steps: list[StepFields] = []
         for _ in _progress(range(num_steps), progress):
-            ended_returns, ended_lengths = self._returns.copy(), self._lengths.copy()
-            step, ended = self._advance()
-            steps.append(step)
-            returns.extend((ended_returns + to_numpy(step.reward))[ended].tolist())
-            lengths.extend((ended_lengths + 1)[ended].tolist())
+            settled = self._step_every_env()
+            steps.append(settled.step)
+            returns.extend(settled.returns)
+            lengths.extend(settled.lengths)
         return Transitions.from_steps(steps, returns, lengths)
 
     def shutdown(self) -> None:
@@ -315,48 +375,75 @@ class VecWorker:
             for i in range(self.num_envs)
         )
 
-    def _advance(self) -> tuple[_Step, np.ndarray]:
+    @property
+    def _every(self) -> slice:
+        return slice(0, self.num_envs)
+
+    def _step_every_env(self) -> _Settled:
         """Step every env once with the policy's actions; restart the episodes that ended."""
         obs = self._obs
-        action, env_action = self._act(obs)
+        action, env_action = self._act(obs, self._every)
         results = self.penv.step(env_action)
         if self.penv.reuses_result_buffers:  # the next step would overwrite the steps kept here
             results = copy_tree(results)
+        settled = self._settle(self._every, obs, action, results)
+        self._obs = settled.obs
+        self._step_count += 1
+        return settled
+
+    def _settle(self, rows: slice, obs: Tree, action: Tree, results: Any) -> _Settled:
+        """Record one step of the envs of ``rows`` (``results`` as ``step`` returns them for those
+        envs); restart their episodes that ended. Both modes run every step through here."""
         next_obs, reward, terminated, truncated, info = results
-        next_obs, reward = self._out(next_obs), self._out(reward)
         terminated_np = to_numpy(terminated).astype(bool)
         truncated_np = to_numpy(truncated).astype(bool)
         done = terminated_np | truncated_np
-        self._returns += to_numpy(reward)
-        self._lengths += 1
+        self._returns[rows] += to_numpy(reward)
+        self._lengths[rows] += 1
+        next_obs, reward = self._out(next_obs), self._out(reward)
         cut = np.zeros_like(done)
         if self.max_episode_length is not None:
-            cut |= (self._lengths >= self.max_episode_length) & ~done
+            cut |= (self._lengths[rows] >= self.max_episode_length) & ~done
         if self.penv.policy.ends_all and done.any():
-            cut |= ~done  # the policy has finished every env
+            cut |= ~done  # the policy has finished every env (overlap settles all rows together then)
         ended = done | cut
         new_obs = next_obs
         restarted = info.get("_ended_state")
-        if restarted is not None:  # the ``restart`` policy reset these envs: their real last obs is in the info
+        rebuilt = _rebuilt(info)
+        if restarted is not None or rebuilt is not None:
             next_obs = copy_tree(next_obs)
+        if restarted is not None:  # the ``restart`` policy reset these envs: their real last obs is in the info
             if not put_masked(next_obs, restarted, info["ended_state"]):
                 for p, last in ended_states(info).items():
                     put_row(next_obs, p, last)
+        if rebuilt is not None:
+            # Envs rebuilt after a failure (on_worker_failure / on_env_error="restart")
+            # answered with their new episode's first obs: the old episode ends,
+            # truncated, where its env last was, and the new one starts from that obs.
+            for p in np.flatnonzero(rebuilt).tolist():
+                put_row(next_obs, p, tree_map(lambda x, p=p: x[p], obs))
+            restarted = rebuilt if restarted is None else to_numpy(restarted) | rebuilt
         step = _Step(obs, action, reward, self._out(terminated_np), self._out(truncated_np | cut), next_obs, info)
-        self._obs = new_obs
-        self._step_count += 1
-        if ended.any():
-            self._end_episodes(ended, np.zeros_like(ended) if restarted is None else to_numpy(restarted))
-        return step, ended
+        if not ended.any():
+            return _Settled(step, ended, new_obs, [], [])
+        returns, lengths = self._returns[rows][ended].tolist(), self._lengths[rows][ended].tolist()
+        restarted_np = np.zeros_like(ended) if restarted is None else to_numpy(restarted)
+        new_obs = self._end_episodes(rows, new_obs, ended, restarted_np)
+        return _Settled(step, ended, new_obs, returns, lengths)
 
-    def _end_episodes(self, ended: np.ndarray, restarted: np.ndarray) -> None:
-        """Zero the counters of ended episodes; reset the envs the ParallelEnv did not."""
-        self._returns[ended] = 0
-        self._lengths[ended] = 0
+    def _end_episodes(self, rows: slice, obs: Tree, ended: np.ndarray, restarted: np.ndarray) -> Tree:
+        """Zero the counters of ended episodes; reset the envs the ParallelEnv did not. Returns ``obs``
+        (of the envs of ``rows``) with the first obs of the envs reset here."""
+        ids = np.arange(self.num_envs)[rows]
+        self._returns[ids[ended]] = 0
+        self._lengths[ids[ended]] = 0
         to_reset = ended & ~restarted
-        if to_reset.any():
-            self._obs = copy_tree(self._obs)
-            self._restart_envs(np.flatnonzero(to_reset), record=True)
+        if not to_reset.any():
+            return obs
+        first, _ = self.penv.reset(id=ids[to_reset])
+        obs = copy_tree(obs)
+        put_rows(obs, np.flatnonzero(to_reset), self._out(first))
+        return obs
 
     def _restart_envs(self, ids: np.ndarray, record: bool) -> None:
         """Reset ``ids`` and put their first obs into the current obs."""
@@ -367,20 +454,128 @@ class VecWorker:
             self._lengths[ids] = 0
             self._episode_start[ids] = self._step_count if self._recording else -1
 
-    def _act(self, obs: Tree) -> tuple[Tree, Tree]:
-        """The policy's actions: as recorded (output format) and as the ParallelEnv takes them."""
+    def _act(self, obs: Tree, rows: slice) -> tuple[Tree, Tree]:
+        """The policy's actions for the envs of ``rows``: as recorded (output format) and as the ParallelEnv takes them."""
         torch = sys.modules.get("torch")
         with torch.no_grad() if torch is not None else contextlib.nullcontext():
             action = self.policy(obs)
         if self._env_is_torch:
             env_action = to_torch(action, self._env_device)
         else:
+            count = rows.stop - rows.start
             try:
-                env_action = check_batch(self.penv.single_action_space, to_numpy(action), self.num_envs,
+                env_action = check_batch(self.penv.single_action_space, to_numpy(action), count,
                                          what="the policy's actions")
             except (TypeError, ValueError) as exc:
-                raise type(exc)(f"{exc} (policy {self.policy!r})") from None
+                called_on = "" if count == self.num_envs else f", called on envs {rows.start}..{rows.stop - 1}"
+                raise type(exc)(f"{exc} (policy {self.policy!r}{called_on})") from None
         return self._out(action), env_action
+
+    # ------------------------------------------------------------------ overlapped collection
+
+    def _collect_overlapped(self, num_steps: int, progress: bool) -> Transitions:
+        """collect, one half of the envs stepping while the policy acts for the other.
+
+        Half 0 is sent for step t+1 before half 1's step t is received, so
+        the policy always has a half to act for while the other is away. A
+        half settles (episode ends, resets) before its next step is sent, as
+        in a plain step; under ``ends_all`` that needs the other half's
+        results too, so both settle together and only half 1's policy call
+        overlaps a step.
+        """
+        if self._env_is_torch:
+            raise ValueError("overlap=True steps NumPy envs: this ParallelEnv returns tensors, whose steps "
+                             "are already asynchronous on their device; use overlap=False")
+        halves = [_Half(rows, np.arange(rows.start, rows.stop), tree_map(lambda x, r=rows: x[r], self._obs))
+                  for rows in self._halves]
+        # What settles at once: each half on its own, or both when one env's end ends all.
+        groups = [halves] if self.penv.policy.ends_all else [[half] for half in halves]
+        arrived: dict[int, tuple[Any, ...]] = {}  # results received before their half was waited for
+        steps: list[list[StepFields]] = [[] for _ in groups]  # per group, joined side by side at the end
+        returns: list[float] = []
+        lengths: list[int] = []
+        try:
+            self._send_half(halves[0])
+            for t in _progress(range(num_steps), progress):
+                self._send_half(halves[1])  # its actions computed while half 0 steps
+                for g, group in enumerate(groups):
+                    settled = self._settle_halves(group, arrived)
+                    if g == 0 and t + 1 < num_steps:
+                        self._send_half(halves[0])  # its actions computed while half 1 steps
+                    steps[g].append(settled.step)
+                    returns.extend(settled.returns)
+                    lengths.extend(settled.lengths)
+                self._step_count += 1
+        except Exception:
+            self._receive_the_rest()
+            raise
+        finally:
+            self._obs = concatenate([half.obs for half in halves])
+        batch = Transitions.from_steps(steps[0], returns, lengths)
+        if len(steps) == 1:
+            return batch
+        other = Transitions.from_steps(steps[1], [], [])
+        joined = {f.name: tree_map(_side_by_side, getattr(batch, f.name), getattr(other, f.name))
+                  for f in fields(StepFields)}
+        return replace(batch, **joined)
+
+    def _send_half(self, half: _Half) -> None:
+        action, env_action = self._act(half.obs, half.rows)
+        self.penv.send(env_action, id=half.ids)
+        half.sent = (half.obs, action)
+
+    def _settle_halves(self, halves: Sequence[_Half], arrived: dict[int, tuple[Any, ...]]) -> _Settled:
+        """Receive the step in flight of ``halves`` (adjacent) and settle it as one."""
+        rows = slice(halves[0].rows.start, halves[-1].rows.stop)
+        sent = [half.sent for half in halves]
+        assert all(part is not None for part in sent), "a half is settled only after it was sent"
+        if len(sent) == 1:
+            obs, action = sent[0]
+        else:
+            obs, action = (concatenate(parts) for parts in zip(*sent, strict=True))
+        settled = self._settle(rows, obs, action, self._received(rows, arrived))
+        for half in halves:
+            start, stop = half.rows.start - rows.start, half.rows.stop - rows.start
+            half.obs, half.sent = tree_map(lambda x, a=start, b=stop: x[a:b], settled.obs), None
+        return settled
+
+    def _received(self, rows: slice, arrived: dict[int, tuple[Any, ...]]) -> tuple[Any, ...]:
+        """The step results of the envs of ``rows``, batched as ``step`` batches them.
+
+        ``recv`` hands over whatever has answered. Mostly that is the half
+        waited for, in env order (the order it was sent in), and it is
+        used as it comes; envs of the other half, or a half that answers in
+        parts, wait in ``arrived`` one env at a time until the half is whole.
+        """
+        wanted = np.arange(rows.start, rows.stop)
+        missing = int(sum(i not in arrived for i in wanted.tolist()))
+        while missing:
+            results = self.penv.recv(wait_num=missing)  # own arrays: only the tensor backend lends its buffers
+            env_ids = results[4].pop("env_id")
+            del results[4]["_env_id"]
+            if missing == len(wanted) and np.array_equal(env_ids, wanted):
+                return results
+            _keep_per_env(results, env_ids, arrived)
+            missing = int(sum(i not in arrived for i in wanted.tolist()))
+        obs, reward, terminated, truncated, infos = zip(*(arrived.pop(i) for i in wanted.tolist()), strict=True)
+        # Rebuilt from each env's entries, the vector info holds what collect
+        # reads (``ended_state``) exactly; a NumPy scalar of another key may
+        # come back as a Python number.
+        info = vector_info(enumerate(infos), len(wanted))
+        return stack(obs), np.array(reward), np.array(terminated), np.array(truncated), info
+
+    def _receive_the_rest(self) -> None:
+        """Receive what is still in flight after an error, so that the ParallelEnv is left with no
+        call pending, as a failed ``step`` leaves it."""
+        while True:
+            try:
+                self.penv.recv()
+            except NoPendingCallError:
+                return
+            except EnvError:
+                continue  # another env of the step raised too; the first error is the one raised
+            except ParallelEnvError:
+                return  # a lost worker or a closed ParallelEnv: nothing is left to receive
 
     # ------------------------------------------------------------------ formats
 
@@ -427,6 +622,29 @@ class VecWorker:
         if oldest > self._first_step:
             del self._steps[: oldest - self._first_step]
             self._first_step = oldest
+
+
+def _rebuilt(info: dict[str, Any]) -> np.ndarray | None:
+    """The mask of envs rebuilt after a failure in this step, or None when none was."""
+    masks = [to_numpy(info[key]).astype(bool) for key in ("_worker_restarted", "_env_restarted") if key in info]
+    if not masks:
+        return None
+    return np.logical_or.reduce(masks)
+
+
+def _keep_per_env(results: tuple[Any, ...], env_ids: np.ndarray, arrived: dict[int, tuple[Any, ...]]) -> None:
+    """Each env's row of batched step results, into ``arrived``."""
+    obs, reward, terminated, truncated, info = results
+    for p, i in enumerate(env_ids.tolist()):
+        own_info = env_info(info, p) if info else {}
+        arrived[i] = (tree_map(lambda x, p=p: x[p], obs), reward[p], terminated[p], truncated[p], own_info)
+
+
+def _side_by_side(*leaves: Any) -> Any:
+    """Time-major leaves of adjacent groups of envs joined along the env axis."""
+    if is_tensor(leaves[0]):
+        return sys.modules["torch"].cat(leaves, dim=1)
+    return np.concatenate(leaves, axis=1)
 
 
 def _progress(steps: Iterable[int], show: bool) -> Iterator[int]:

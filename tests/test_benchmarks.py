@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
@@ -137,6 +138,38 @@ def test_report_shows_parent_cpu_per_step_and_the_ratio_to_the_revision(tmp_path
     written = {r["wrapper"]: r for r in json.loads((tmp_path / "out.json").read_text())["rows"]}
     assert written["gymnasium-sync"]["parent_cpu_us_per_step_median"] == 85.0
     assert written["parallelenv-dummy"]["against_revision"]["steps_per_s_ratio"] == 2.1
+
+
+def test_report_gives_a_variants_ratio_to_its_baseline_round_by_round():
+    def row(wrapper, rates, cpu):
+        return Measurement("collect16", wrapper, "subprocess", True, 16, 10, rates=rates,
+                           parent_cpu_us_per_step=cpu, startup_s=0.5).to_dict()
+
+    rows = report.summarize([row("parallelenv-collect-plain", [100.0, 200.0], [10.0, 10.0]),
+                             row("parallelenv-collect-overlapped", [150.0, 260.0], [12.0, 12.0])])
+    assert rows[0]["against_baseline"] is None
+    assert rows[1]["against_baseline"] == {"baseline": "parallelenv-collect-plain", "steps_per_s_ratio": 205 / 150,
+                                           "round_ratios": [1.5, 1.3], "parent_cpu_ratio": 1.2}
+    table = report.markdown(rows, _meta())
+    assert ("| collect16 | parallelenv-collect-overlapped | parallelenv-collect-plain | 1.367x | 1.300..1.500 "
+            "| 1.200x |") in table
+    # Without its baseline in the run, a variant has no ratio and the table is left out.
+    alone = report.summarize([row("parallelenv-collect-overlapped", [150.0], [12.0])])
+    assert alone[0]["against_baseline"] is None and "Variants / their baseline" not in report.markdown(alone, _meta())
+
+
+def test_the_overlapped_collect_wrapper_collects_with_its_policy(no_leaks):
+    pytest.importorskip("torch")
+    from benchmarks.workloads import WaitEnv
+    from benchmarks.wrappers import WRAPPERS
+
+    runner = WRAPPERS["parallelenv-collect-overlapped"].make([WaitEnv] * 2)
+    try:
+        runner.reset(0)
+        assert runner.run(np.zeros((3, 2), np.int64)) == 6  # the pre-sampled actions say how many steps
+        assert runner.worker.overlap
+    finally:
+        runner.close()
 
 
 @needs_git

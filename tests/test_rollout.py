@@ -1,4 +1,5 @@
-"""VecWorker: transitions and episodes with a policy, under every asynchronous policy; replace_envs."""
+"""VecWorker: transitions and episodes with a policy, under every asynchronous policy, plain and
+overlapped; replace_envs."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import TESTS_DIR
-from envs import CountingEnv, DictObsEnv, OtherSpaceEnv, counting
+from envs import CountingEnv, DictObsEnv, FaultyEnv, OtherSpaceEnv, counting
 
-from parallelenv import EnvError, ParallelEnv
+from parallelenv import EnvError, NoPendingCallError, ParallelEnv
 from parallelenv.arrays import is_tensor, to_numpy, to_torch, tree_map
 from parallelenv.calls import Arguments
 from parallelenv.rollout import VecWorker
@@ -24,6 +25,8 @@ pytestmark = [pytest.mark.local_backends, pytest.mark.numpy_backends]
 
 RESETTING = ["restart", "idle", "continue"]
 EVERY_POLICY = [*RESETTING, None]
+# collect with every env stepping together, and with halves stepping while the policy acts for the other half.
+both_modes = pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlapped"])
 
 
 def counting_envs(lengths: list[int]) -> list:
@@ -43,10 +46,12 @@ def lean_policy(obs: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ collect
 
 
+@both_modes
 @pytest.mark.parametrize("asynchronous", EVERY_POLICY)
-def test_next_obs_of_an_ended_episode_is_its_real_last_obs(make_penv, asynchronous):
+def test_next_obs_of_an_ended_episode_is_its_real_last_obs(make_penv, asynchronous, overlap):
     lengths = [2, 3, 4, 5]
-    worker = VecWorker(make_penv(counting_envs(lengths), asynchronous=asynchronous), cycle_actions, seed=0)
+    worker = VecWorker(make_penv(counting_envs(lengths), asynchronous=asynchronous), cycle_actions, seed=0,
+                       overlap=overlap)
     batch = worker.collect(12)
     obs, next_obs, action = batch.obs, batch.next_obs, batch.action
     ended = batch.terminated | batch.truncated
@@ -86,10 +91,11 @@ def plain_loop_returns(seeds: tuple[int, ...], num_steps: int) -> list[tuple[int
     return sorted(ended)
 
 
+@both_modes
 @pytest.mark.parametrize("asynchronous", RESETTING)
-def test_episode_returns_equal_a_plain_loop(make_penv, asynchronous):
+def test_episode_returns_equal_a_plain_loop(make_penv, asynchronous, overlap):
     penv = make_penv([lambda: gym.make("CartPole-v1")] * 3, asynchronous=asynchronous)
-    worker = VecWorker(penv, lean_policy, seed=7)
+    worker = VecWorker(penv, lean_policy, seed=7, overlap=overlap)
     first, second = worker.collect(60), worker.collect(90)  # a collect goes on where the last stopped
     expected = plain_loop_returns(worker.env_seeds, 150)
     returns = np.concatenate([first.episode_returns, second.episode_returns])
@@ -100,11 +106,13 @@ def test_episode_returns_equal_a_plain_loop(make_penv, asynchronous):
     assert rewards.sum() == 150 * 3  # CartPole pays 1 a step
 
 
-def test_dict_and_tuple_observations_are_the_same_under_every_resetting_policy(make_penv):
+@both_modes
+def test_dict_and_tuple_observations_are_the_same_under_every_resetting_policy(make_penv, overlap):
     batches = []
     for asynchronous in RESETTING:
         penv = make_penv([lambda: DictObsEnv(3), lambda: DictObsEnv(4)], asynchronous=asynchronous)
-        batches.append(VecWorker(penv, lambda obs: np.full((2, 2), 0.1, np.float32), seed=0).collect(9))
+        policy = lambda obs: np.full((len(obs["position"]), 2), 0.1, np.float32)  # noqa: E731
+        batches.append(VecWorker(penv, policy, seed=0, overlap=overlap).collect(9))
     assert batches[0].terminated.sum() == 5
     for other in batches[1:]:
         for field in ("obs", "next_obs"):
@@ -112,9 +120,10 @@ def test_dict_and_tuple_observations_are_the_same_under_every_resetting_policy(m
     assert batches[0].next_obs["pair"][1].shape == (9, 2, 1)
 
 
-def test_max_episode_length_cuts_episodes_as_truncations(make_penv):
+@both_modes
+def test_max_episode_length_cuts_episodes_as_truncations(make_penv, overlap):
     penv = make_penv(counting_envs([3, 100]), asynchronous="restart")
-    worker = VecWorker(penv, cycle_actions, seed=0, max_episode_length=4)
+    worker = VecWorker(penv, cycle_actions, seed=0, max_episode_length=4, overlap=overlap)
     batch = worker.collect(8)
     np.testing.assert_array_equal(np.flatnonzero(batch.terminated[:, 0]), [2, 5])
     np.testing.assert_array_equal(np.flatnonzero(batch.truncated[:, 1]), [3, 7])
@@ -129,6 +138,105 @@ def test_a_progress_bar_shows_on_request(make_penv, capsys):
     batch = worker.collect(5, progress=True)
     assert batch.num_steps == 5
     assert "5/5" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ overlapped collection
+
+TRANSITION_FIELDS = ("obs", "action", "reward", "terminated", "truncated", "next_obs", "episode_returns",
+                     "episode_lengths")
+
+
+@pytest.mark.parametrize("asynchronous", EVERY_POLICY)
+def test_overlapped_collection_gives_each_env_the_actions_and_transitions_of_plain_collection(make_penv, asynchronous):
+    lengths = [2, 3, 5, 7, 4]  # halves of two and three envs; 5 and 7 are cut by max_episode_length
+    batches, episodes = {}, {}
+    for overlap in (False, True):
+        worker = VecWorker(make_penv(counting_envs(lengths), asynchronous=asynchronous), cycle_actions, seed=3,
+                           max_episode_length=4, overlap=overlap)
+        batches[overlap] = [worker.collect(13), worker.collect(6)]  # the second goes on where the first stopped
+        episodes[overlap] = worker.rollout()  # and the episode API where collection left the envs
+    for plain, overlapped in zip(batches[False], batches[True], strict=True):
+        for field in TRANSITION_FIELDS:
+            np.testing.assert_array_equal(getattr(overlapped, field), getattr(plain, field), err_msg=field)
+    # A CountingEnv's obs holds the action it was given and a draw from its seeded RNG, which each reset
+    # advances: equal transitions mean each env got the same actions, in the same order, and the same resets.
+    first = batches[True][0]
+    np.testing.assert_array_equal(first.next_obs[..., 2], first.action)
+    assert first.terminated.any() and first.truncated.any()
+    assert episodes[True].env_ids.tolist() == episodes[False].env_ids.tolist()
+    np.testing.assert_array_equal(episodes[True].observations, episodes[False].observations)
+
+
+class Recorded(ParallelEnv):
+    """A ParallelEnv that logs which envs each send and recv was for."""
+
+    log: list[str]
+
+    def send(self, actions, id=None):
+        self.log.append("S" + "".join(map(str, id)))
+        super().send(actions, id=id)
+
+    def recv(self, wait_num=None, timeout=None, align="item"):
+        results = super().recv(wait_num, timeout, align)
+        self.log.append("R" + "".join(map(str, results[4]["env_id"].tolist())))
+        return results
+
+
+@pytest.mark.parametrize(
+    ("asynchronous", "expected"),
+    [
+        # One half's policy call (P) while the other half is in flight: sent (S), not yet received (R).
+        ("restart", "P01 S01 P23 S23 R01 P01 S01 R23 P23 S23 R01 P01 S01 R23 P23 S23 R01 R23"),
+        # One env's end ends all: half 0 waits for half 1's results before its next step.
+        (None, "P01 S01 P23 S23 R0123 P01 S01 P23 S23 R0123 P01 S01 P23 S23 R0123"),
+    ],
+)
+def test_overlap_computes_one_halfs_actions_while_the_other_half_steps(asynchronous, expected):
+    # The toy backend runs one queued call each time it is asked for replies: the order is exact.
+    with Recorded(counting_envs([100] * 4), para_mode="toy", asynchronous=asynchronous) as penv:
+        penv.log = []
+
+        def policy(obs):
+            penv.log.append("P" + "".join(str(int(tag)) for tag in obs[:, 0]))
+            return cycle_actions(obs)
+
+        worker = VecWorker(penv, policy, seed=0, overlap=True)
+        worker.worker_init()
+        batch = worker.collect(3)
+    assert " ".join(penv.log) == expected
+    np.testing.assert_array_equal(batch.obs[:, :, 1], np.broadcast_to(np.arange(3)[:, None], (3, 4)))
+
+
+@both_modes
+def test_an_env_that_raises_is_named_and_leaves_no_call_in_flight(make_penv, overlap):
+    envs = [*counting_envs([100] * 3), lambda: FaultyEnv(3, at_step=3)]
+    worker = VecWorker(make_penv(envs, asynchronous="restart"), cycle_actions, seed=0, overlap=overlap)
+    with pytest.raises(EnvError) as caught:
+        worker.collect(5)
+    assert (caught.value.env_index, caught.value.method, caught.value.message) == (3, "step", "env 3 broke on purpose")
+    with pytest.raises(NoPendingCallError):
+        worker.penv.recv()
+    worker.penv.reset(seed=0)  # the ParallelEnv takes calls again (env 3 would raise at its next step)
+    assert worker.penv.step(np.zeros(3, np.int64), id=[0, 1, 2])[1].tolist() == [1, 11, 21]
+
+
+def test_a_bad_action_in_overlapped_collection_names_the_envs_the_policy_acted_for(make_penv):
+    worker = VecWorker(make_penv(counting_envs([5] * 4)), lambda obs: np.where(obs[:, 0] == 3, 7, 0), seed=0,
+                       overlap=True)
+    with pytest.raises(ValueError, match=r"actions\[1\] = 7 is outside Discrete\(5\) \(policy .*, called on envs 2\.\.3\)"):
+        worker.collect(2)
+    with pytest.raises(NoPendingCallError):  # the first half's step, sent before, was received
+        worker.penv.recv()
+
+
+def test_overlap_refuses_a_parallel_env_that_returns_tensors(no_leaks):
+    torch = pytest.importorskip("torch")
+    from parallelenv.envs import CartPole
+
+    with ParallelEnv(CartPole(num_envs=4, device="cpu"), para_mode="tensor", asynchronous="restart") as penv:
+        worker = VecWorker(penv, lambda obs: torch.ones(len(obs), dtype=torch.int64), seed=0, overlap=True)
+        with pytest.raises(ValueError, match="overlap=True steps NumPy envs: this ParallelEnv returns tensors"):
+            worker.collect(2)
 
 
 # ------------------------------------------------------------------ episodes
@@ -197,8 +305,9 @@ def test_customized_method_runs_a_function_where_each_env_lives(make_penv):
         penv.customized_method(3)
 
 
-def test_update_env_replaces_and_sets_attributes_of_the_envs_named(make_penv):
-    worker = VecWorker(make_penv(counting_envs([5, 5, 5, 5])), cycle_actions, seed=0)
+@both_modes
+def test_update_env_replaces_and_sets_attributes_of_the_envs_named(make_penv, overlap):
+    worker = VecWorker(make_penv(counting_envs([5, 5, 5, 5])), cycle_actions, seed=0, overlap=overlap)
     worker.collect(2)
     worker.update_env({3: counting(13, 5), 1: counting(11, 5), 2: {"gravity": 1.5}})
     assert worker.penv.get_env_attr("tag") == [0, 11, 2, 13]
@@ -291,6 +400,10 @@ def test_bad_worker_arguments_are_refused(no_leaks):
             VecWorker(penv, cycle_actions, output="jax")
         with pytest.raises(ValueError, match="num_steps=0"):
             VecWorker(penv, cycle_actions).collect(0)
+        with pytest.raises(ValueError, match="overlap=True steps two halves of the envs in turn; .* has 1 env"):
+            VecWorker(penv, cycle_actions, overlap=True)
+        with pytest.raises(TypeError, match="overlap must be True or False, not 'yes'"):
+            VecWorker(penv, cycle_actions, overlap="yes")
 
 
 # ------------------------------------------------------------------ torch
@@ -451,3 +564,25 @@ def test_a_tensor_backend_collects_on_its_device_whether_or_not_it_reuses_buffer
     # An ended episode's next_obs is its real last obs: past CartPole's angle limit.
     assert (batch.next_obs[..., 2].abs() > 0.2095)[batch.terminated].all()
     assert (batch.next_obs[..., 2].abs() <= 0.2095)[~batch.terminated].all()
+
+
+@both_modes
+@pytest.mark.timeout(60)
+def test_an_episode_cut_by_a_rebuilt_worker_ends_truncated_where_it_was(no_leaks, overlap):
+    import functools
+
+    factories = [functools.partial(FaultyEnv, tag=i, at_step=3 if i == 1 else 10**9, how="exit") for i in range(4)]
+    penv = ParallelEnv(factories, para_mode="subproc", num_workers=2, asynchronous="restart",
+                       on_worker_failure="restart")
+    with VecWorker(penv, cycle_actions, seed=0, overlap=overlap) as worker:
+        batch = worker.collect(5)
+    obs, next_obs = batch.obs[..., 1], batch.next_obs[..., 1]  # the step counts
+    # The worker of envs 0 and 1 died in the third step: their episodes end there, truncated, their last
+    # transition leading nowhere new (never to the next episode's first obs), with no reward.
+    np.testing.assert_array_equal(batch.truncated[2], [True, True, False, False])
+    np.testing.assert_array_equal(next_obs[2, :2], obs[2, :2])
+    np.testing.assert_array_equal(batch.reward[2, :2], [0, 0])
+    # The next episodes start from the rebuilt envs' first obs, with nothing reset twice.
+    np.testing.assert_array_equal(obs[3], [0, 0, 3, 3])
+    np.testing.assert_array_equal(next_obs[3], [1, 1, 4, 4])
+    assert len(penv.failures) == 1
