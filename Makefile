@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test lint bench bench-quick compat clean
+.PHONY: demo test lint docs bench bench-quick compat clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,14 @@ test: $(VENV)/.installed-test
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check parallelenv tests benchmarks
+
+# The site in build/docs: the user guide (README.rst's sections) and the API
+# reference from the docstrings. -W: a warning fails the build; -E: every page
+# is read again, so that a warning of an unchanged page is not skipped.
+# tests/test_docs.py builds it the same way in `make test`.
+docs: $(VENV)/.installed-docs
+	$(PY) -m sphinx -W --keep-going -E -q -b html docs build/docs
+	@echo "The site is in build/docs/index.html"
 
 bench: $(VENV)/.installed-bench
 	$(PY) -m benchmarks

@@ -1,99 +1,220 @@
-"""``python -m parallelenv.demo``: CartPole-v1 through every backend, with a results table.
+"""``python -m parallelenv.demo``: CartPole-v1 through every backend, a results table and a chart.
 
 A short run of a real Gymnasium env on each registered backend, the same
-seed and actions for all; it prints how fast each stepped, how long each
-took to start, and whether their trajectories agreed. The tensor backend
-runs ``parallelenv.envs.CartPole``, the same dynamics as batched torch code
-with random streams of its own, so its trajectory is not compared.
+seed and actions for all. Each backend is started, then stepped for a
+number of steps or seconds, whichever ends first, so that a slow one (``ray``
+pays a Ray call per env per step) does not hold the demo up. It prints how
+long each took to start, how fast each stepped and whether their
+trajectories agreed, and draws env-steps/s and start-up per backend as a PNG.
+The tensor backend runs ``parallelenv.envs.CartPole``, the same dynamics as
+batched torch code with random streams of its own, so its trajectory is not
+compared.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import sys
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from parallelenv import ParallelEnv
 from parallelenv.backends import backend_names
 
-
-def _progress(total: int, description: str) -> Any:
-    try:
-        from tqdm import tqdm
-    except ImportError:  # the demo extra brings tqdm; run without a bar otherwise
-        return None
-    return tqdm(total=total, desc=description, unit="step", leave=False)
+DEFAULT_CHART = Path("build") / "parallelenv-demo.png"
+COLOURS = {"dummy": "#8da0cb", "subproc": "#66c2a5", "ray": "#fc8d62", "ray-subproc": "#fc8d62", "tensor": "#e78ac3"}
 
 
-def run_backend(mode: str, num_envs: int, steps: int, actions: np.ndarray) -> dict[str, Any]:
-    """Start, reset, step and close one backend; returns its row of the table."""
+@dataclass
+class Run:
+    """One backend's row: how it started and stepped, or why it did not run."""
+
+    mode: str
+    startup_s: float = 0.0
+    steps: int = 0
+    stepping_s: float = 0.0
+    episodes: int = 0
+    # The sum of every obs of each step: two backends agree when these do, over the steps both ran.
+    checksums: list[float] = field(default_factory=list)
+    error: str | None = None
+
+    def env_steps_per_s(self, num_envs: int) -> float:
+        return self.steps * num_envs / self.stepping_s if self.stepping_s else 0.0
+
+
+def say(line: str) -> None:
+    print(line, flush=True)  # a line at a time, in order with the bars and Ray's own output
+
+
+class Progress:
+    """A tqdm bar on a terminal, filled by steps or by seconds, whichever ends the stepping first.
+
+    Off in a log (``disable=None``: stderr is no terminal), where its carriage
+    returns would pile up on one line, and without tqdm: the lines printed
+    before and after the stepping say the same, less often.
+    """
+
+    def __init__(self, mode: str, steps: int, seconds: float) -> None:
+        self.steps, self.seconds = steps, seconds
+        try:
+            from tqdm import tqdm
+        except ImportError:  # the demo extra brings tqdm
+            self.bar = None
+            return
+        # No ETA: tqdm's would assume every step is run, and a time budget may end the stepping first.
+        self.bar = tqdm(total=1.0, desc=f"{mode:>11}: stepping", bar_format="{desc} |{bar:40}|{postfix}",
+                        leave=False, disable=None, file=sys.stderr)
+
+    def show(self, step: int, elapsed: float) -> None:
+        if self.bar is None or self.bar.disable:
+            return
+        self.bar.set_postfix_str(f"{step} steps in {elapsed:.1f} s", refresh=False)
+        self.bar.update(min(1.0, max(step / self.steps, elapsed / self.seconds)) - self.bar.n)  # redraws at most 10x a second
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_backend(mode: str, actions: np.ndarray, seconds: float, starting: str = "") -> Run:
+    """Start, reset, step (up to ``len(actions)`` steps or ``seconds``) and close one backend."""
+    num_envs = actions.shape[1]
+    run = Run(mode)
+    say(f"{mode:>11}: starting{starting}")
     started = time.perf_counter()
     with ParallelEnv.make("CartPole-v1", num_envs=num_envs, para_mode=mode, asynchronous="restart") as penv:
         penv.reset(seed=0)
-        startup = time.perf_counter() - started
-        bar = _progress(steps, f"{mode:>8}")
-        checksum = 0.0
-        episodes = 0
+        run.startup_s = time.perf_counter() - started
+        say(f"{mode:>11}: started in {run.startup_s:.2f} s; stepping {len(actions)} steps or {seconds:g} s")
+        progress = Progress(mode, len(actions), seconds)
         began = time.perf_counter()
         for step_actions in actions:
             obs, reward, terminated, truncated, _ = penv.step(step_actions)
-            checksum += float(obs.sum())  # NumPy arrays, or torch tensors from the tensor backend
-            episodes += int((terminated | truncated).sum())
-            if bar is not None:
-                bar.update()
-        elapsed = time.perf_counter() - began
-        if bar is not None:
-            bar.close()
-    return {
-        "mode": mode,
-        "steps_per_s": steps * num_envs / elapsed,
-        "startup_s": startup,
-        "episodes": episodes,
-        "checksum": checksum,
-    }
+            run.checksums.append(float(obs.sum()))  # NumPy arrays, or torch tensors from the tensor backend
+            run.episodes += int((terminated | truncated).sum())
+            elapsed = time.perf_counter() - began
+            progress.show(len(run.checksums), elapsed)
+            if elapsed >= seconds:
+                break
+        run.stepping_s = time.perf_counter() - began
+        run.steps = len(run.checksums)
+        progress.close()
+    say(f"{mode:>11}: {run.steps} steps in {run.stepping_s:.2f} s, "
+        f"{run.env_steps_per_s(num_envs):,.0f} env-steps/s")
+    return run
 
 
-def print_table(rows: list[dict[str, Any]], num_envs: int, steps: int) -> None:
-    reference = next((row["checksum"] for row in rows if "checksum" in row), None)
-    print(f"\nCartPole-v1, {num_envs} envs, {steps} steps each, asynchronous='restart', seed 0\n")
-    print(f"| {'backend':<11} | {'env-steps/s':>12} | {'start-up s':>10} | {'episodes':>8} | same trajectory |")
-    print(f"|{'-' * 13}|{'-' * 14}|{'-' * 12}|{'-' * 10}|{'-' * 17}|")
-    for row in rows:
-        if "error" in row:
-            print(f"| {row['mode']:<11} | {'not run: ' + row['error']}")
+def same_trajectory(run: Run, reference: Run | None) -> str:
+    if run.mode == "tensor":
+        return "n/a: own RNG"
+    if reference is None:
+        return "n/a"
+    steps = min(run.steps, reference.steps)
+    return "yes" if run.checksums[:steps] == reference.checksums[:steps] else "NO"
+
+
+def print_table(runs: list[Run], num_envs: int) -> None:
+    reference = next((run for run in runs if run.error is None and run.mode != "tensor"), None)
+    say(f"\nCartPole-v1, {num_envs} envs, asynchronous='restart', seed 0\n")
+    say(f"| {'backend':<11} | {'start-up s':>10} | {'steps':>6} | {'env-steps/s':>12} | {'episodes':>8} "
+        f"| same trajectory |")
+    say(f"|{'-' * 13}|{'-' * 12}|{'-' * 8}|{'-' * 14}|{'-' * 10}|{'-' * 17}|")
+    for run in runs:
+        if run.error is not None:
+            say(f"| {run.mode:<11} | not run: {run.error}")
             continue
-        if row["mode"] == "tensor":
-            same = "n/a: own RNG"
-        else:
-            same = "yes" if row["checksum"] == reference else "NO"
-        print(
-            f"| {row['mode']:<11} | {row['steps_per_s']:>12,.0f} | {row['startup_s']:>10.2f} "
-            f"| {row['episodes']:>8} | {same:<15} |"
-        )
-    print(
-        "\nA CartPole step costs ~7 us, less than a round trip to another process: the process and Ray\n"
-        "backends pay off on costlier envs (README.rst, Benchmarks); the tensor backend on thousands of envs."
+        say(f"| {run.mode:<11} | {run.startup_s:>10.2f} | {run.steps:>6} | {run.env_steps_per_s(num_envs):>12,.0f} "
+            f"| {run.episodes:>8} | {same_trajectory(run, reference):<15} |")
+    say(
+        "\nTrajectories are compared over the steps both backends ran. A CartPole step costs ~7 us, less\n"
+        "than a round trip to another process: the process and Ray backends pay off on costlier envs\n"
+        "(README.rst, Benchmarks); the tensor backend on thousands of envs."
     )
-    if any(row["mode"].startswith("ray") for row in rows):
-        print("The first Ray backend's start-up includes starting a local Ray cluster.")
+    if any(run.mode.startswith("ray") for run in runs):
+        say("The first Ray backend's start-up includes connecting to Ray, or starting a local cluster.")
+    if any(run.mode == "tensor" and run.error is None for run in runs):
+        say("The tensor backend's start-up includes importing torch, unless something imported it before.")
+
+
+def draw_chart(path: Path, runs: list[Run], num_envs: int) -> None:
+    """Env-steps/s (log scale) and start-up seconds per backend, side by side, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed for a file, and none on a server
+    import matplotlib.pyplot as plt
+
+    shown = [run for run in runs if run.error is None]
+    modes = [run.mode for run in shown]
+    colours = [COLOURS.get(mode, "#b3b3b3") for mode in modes]
+    rates = [run.env_steps_per_s(num_envs) for run in shown]
+    startups = [run.startup_s for run in shown]
+    fig, (speed, startup) = plt.subplots(1, 2, figsize=(10, 0.45 * len(shown) + 1.8), sharey=True,
+                                         gridspec_kw={"width_ratios": [3, 2]})
+    speed.barh(modes, rates, color=colours)
+    speed.set_xscale("log")  # dummy and ray differ by ~100x on CartPole
+    speed.set_xlim(10 ** math.floor(math.log10(min(rates) / 2)), max(rates) * 4)
+    speed.set_xlabel("env-steps/s (log scale; higher is faster)")
+    for position, (rate, run) in enumerate(zip(rates, shown, strict=True)):
+        speed.text(rate, position, f"  {rate:,.0f} ({run.steps} steps)", va="center", fontsize=8)
+    speed.invert_yaxis()
+    startup.barh(modes, startups, color=colours)
+    startup.set_xlim(right=max(startups) * 1.35)
+    startup.set_xlabel("start-up s: construction and first reset")
+    for position, seconds in enumerate(startups):
+        startup.text(seconds, position, f"  {seconds:.2f}", va="center", fontsize=8)
+    fig.suptitle(f"parallelenv demo: CartPole-v1, {num_envs} envs, asynchronous='restart'; "
+                 f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def quiet_ray(modes: list[str]) -> None:
+    """Choose Ray's token authentication explicitly, as its default already is, to silence its notice.
+
+    Ray reads ``RAY_AUTH_MODE`` once, when it is imported, so this only helps
+    (and only runs) before that; a value the caller set stays.
+    """
+    if any(mode.startswith("ray") for mode in modes) and "ray" not in sys.modules:
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-envs", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--modes", nargs="*", default=backend_names())
+    parser = argparse.ArgumentParser(prog="python -m parallelenv.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, default=16, help="CartPole-v1 envs per backend (default: 16)")
+    parser.add_argument("--steps", type=int, default=1000, help="steps per backend at most (default: 1000)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds of stepping per backend at most (default: 3)")
+    parser.add_argument("--modes", nargs="*", default=backend_names(), help="backends (default: every registered one)")
+    parser.add_argument("--chart", type=Path, default=DEFAULT_CHART, help=f"the PNG to write (default: {DEFAULT_CHART})")
     args = parser.parse_args(argv)
+    quiet_ray(args.modes)
+    say(f"CartPole-v1 on {', '.join(args.modes)}: {args.num_envs} envs each, up to {args.steps} steps "
+        f"or {args.seconds:g} s of stepping per backend\n")
     actions = np.random.default_rng(0).integers(0, 2, size=(args.steps, args.num_envs))
-    rows = []
+    runs = []
+    first_ray = next((mode for mode in args.modes if mode.startswith("ray")), None)
     for mode in args.modes:
+        starting = " (and Ray: a local cluster, unless one is running, takes seconds)" if mode == first_ray else ""
         try:
-            rows.append(run_backend(mode, args.num_envs, args.steps, actions))
+            runs.append(run_backend(mode, actions, args.seconds, starting))
         except ImportError as missing:  # a backend whose extra is not installed
-            rows.append({"mode": mode, "error": str(missing)})
-    print_table(rows, args.num_envs, args.steps)
+            say(f"{mode:>11}: not run: {missing}")
+            runs.append(Run(mode, error=str(missing)))
+    print_table(runs, args.num_envs)
+    if not any(run.error is None for run in runs):
+        return
+    try:
+        draw_chart(args.chart, runs, args.num_envs)
+    except ImportError:
+        say("\nNo chart: it needs matplotlib (pip install 'parallelenv[demo]').")
+        return
+    say(f"\nChart of env-steps/s and start-up per backend: {args.chart.resolve()}")
 
 
 if __name__ == "__main__":
