@@ -77,10 +77,6 @@ NOT_OURS: list[Known] = [
           "steps a Discrete(4) env with the action 4, outside its action space (in the step where NEXT_STEP resets "
           "it and ignores the action): a ParallelEnv refuses actions outside the action space before sending any "
           "(tests/test_errors.py BAD_STEPS)"),
-    Known("gymnasium", VECTOR + "test_random_seeding_basics",
-          "expects SyncVectorEnv's seeds seed + i; an int seed gives env i the child i of SeedSequence(seed) "
-          "(README, 'The defaults, and what to pick'; GymnasiumVectorEnv's docstring); a list of seeds gives each env "
-          "its own as given"),
     Known("sb3", SB3 + "test_vecenv_custom_calls", ENVS_LIST, params=("DummyVecEnv",)),
     Known("sb3", SB3 + "test_subproc_start_method",
           "SubprocVecEnv(start_method='illegal_method') must raise; the dummy backend starts no process, so has no "

@@ -171,6 +171,7 @@ def test_ppo_learns_cartpole_through_the_view_over_subproc(no_leaks, one_torch_t
     assert mean_return >= 150, f"PPO reached a mean return of {mean_return} only"
 
 
+@pytest.mark.every_backend
 def test_negative_indices_count_from_the_end_as_in_sb3(make_penv):
     venv = SB3VecEnv(make_penv([counting(0), counting(1), counting(2)], asynchronous="restart"))
     venv.reset()

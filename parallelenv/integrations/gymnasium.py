@@ -66,8 +66,10 @@ class GymnasiumVectorEnv(VectorEnv):
         autoreset_mode: one of those (an ``AutoresetMode`` or its value);
             None takes the policy's default.
 
-    Seeds differ from ``SyncVectorEnv``'s ``seed + i``: an int seed gives env
-    ``i`` the child ``i`` of ``SeedSequence(seed)``, as ``ParallelEnv.reset`` does.
+    Seeds are ``SyncVectorEnv``'s: an int seed gives env ``i`` the seed
+    ``seed + i``, so that code comparing with Gymnasium's vector envs gets
+    the same episodes (``ParallelEnv.reset`` itself derives independent
+    seeds instead: child ``i`` of ``SeedSequence(seed)``).
 
     Example:
         >>> import gymnasium as gym
@@ -127,7 +129,10 @@ class GymnasiumVectorEnv(VectorEnv):
         return self.get_attr("np_random")
 
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        """Reset every env, or those of ``options["reset_mask"]``; ``seed`` is an int, a list with one per env, or None."""
+        """Reset every env, or those of ``options["reset_mask"]``; ``seed`` is an int (env ``i`` gets
+        ``seed + i``, as in Gymnasium), a list with one per env, or None."""
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            seed = [int(seed) + i for i in range(self.num_envs)]
         if options is not None and "reset_mask" in options:
             options = dict(options)
             mask = _reset_mask(options.pop("reset_mask"), self.num_envs)
