@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test lint docs bench bench-quick compat clean
+.PHONY: demo test test-long lint docs bench bench-quick compat clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,16 @@ $(VENV)/.installed-%: setup.cfg setup.py constraints.txt | $(VENV)/bin/python
 demo: $(VENV)/.installed-demo
 	$(PY) -m parallelenv.demo
 
+# Two pytest workers: most tests wait on processes and Ray actors starting, so
+# the suite takes about half as long on CI's two cores. The long runs of what
+# the suite also runs short (the 20,000-step soak, PPO learning) are left to
+# make test-long.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed-test
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not long"
+
+test-long: $(VENV)/.installed-test
+	$(PY) -m pytest -n $(TEST_WORKERS) -m long
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check parallelenv tests benchmarks

@@ -39,12 +39,15 @@ __all__ = ["WRAPPERS", "default_wrappers"]
 class ParallelEnvRunner(Runner):
     """Ours, lockstep: ``step`` of every env, restarted on episode end."""
 
-    def __init__(self, factories: Sequence[EnvFactory], mode: str, worker_per_env: bool = False) -> None:
+    def __init__(self, factories: Sequence[EnvFactory], mode: str, worker_per_env: bool = False,
+                 copy: bool | None = None) -> None:
         from parallelenv import ParallelEnv
 
         # Envs that wait (sleep, I/O) rather than compute want one worker each,
         # as the peers' one-process-per-env wrappers have; CPU-bound ones one per core.
-        options = {"num_workers": len(factories)} if worker_per_env else {}
+        options: dict[str, Any] = {"num_workers": len(factories)} if worker_per_env else {}
+        if copy is not None:
+            options["copy"] = copy
         self.penv = ParallelEnv(list(factories), para_mode=mode, asynchronous="restart", **options)
 
     def reset(self, seed: int) -> None:
@@ -90,6 +93,10 @@ register("parallelenv-dummy", IN_PROCESS, ours=True, requires=("parallelenv",),
          note="asynchronous='restart'")(functools.partial(ParallelEnvRunner, mode="dummy"))
 register("parallelenv-subproc", SUBPROCESS, ours=True, requires=("parallelenv",),
          note="asynchronous='restart'")(functools.partial(ParallelEnvRunner, mode="subproc"))
+register("parallelenv-subproc-nocopy", SUBPROCESS, ours=True, requires=("parallelenv",), quick=False,
+         workloads=frozenset({"bigobs8"}), baseline="parallelenv-subproc",
+         note="copy=False: a step's results are the shared buffers, rewritten by the next step")(
+    functools.partial(ParallelEnvRunner, mode="subproc", copy=False))
 register("parallelenv-ray", RAY, ours=True, requires=("parallelenv", "ray"), quick=False, session=ray_cluster,
          workloads=frozenset({"cartpole8", "cartpole64", "busy8"}),
          note="one actor per env, asynchronous='restart'")(

@@ -526,7 +526,8 @@ def test_unknown_asynchronous_policy_lists_the_valid_ones(no_leaks, backend, asy
         assert valid in message
 
 
-@pytest.mark.parametrize("envs", [[], (), "CartPole-v1", CountingEnv(0), None], ids=repr)
+@pytest.mark.parametrize("envs", [[], (), "CartPole-v1", CountingEnv(0), None],
+                         ids=["empty list", "empty tuple", "a str", "one env", "None"])
 def test_no_env_list_is_refused(no_leaks, backend, envs):
     with pytest.raises((TypeError, ValueError), match="non-empty list"):
         ParallelEnv(envs, para_mode=backend)

@@ -127,6 +127,7 @@ def test_a_short_soak_on_subproc_survives_every_kind_of_fault():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_the_soak_on_subproc_survives_sixty_faults_in_twenty_thousand_steps():
     check_soak("subproc", num_steps=20_000, num_faults=60, call_timeout=2.0, num_workers=4)

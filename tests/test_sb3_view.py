@@ -154,6 +154,7 @@ def one_torch_thread():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_ppo_learns_cartpole_through_the_view_over_subproc(no_leaks, one_torch_thread):
     from stable_baselines3 import PPO
