@@ -52,6 +52,7 @@ def test_quick_harness_run_writes_its_table_and_json(tmp_path, no_leaks):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # the quick harness run below covers the harness in make test
 @pytest.mark.timeout(240)
 def test_quick_tensor_workload_runs_every_wrapper(tmp_path, no_leaks):
     pytest.importorskip("torch")
@@ -188,6 +189,7 @@ def test_checkout_of_a_revision_is_removed_after_the_block_also_on_error():
 
 @needs_git
 @pytest.mark.slow
+@pytest.mark.long  # --against's clean-up is in make test (the interrupted run below)
 @pytest.mark.timeout(240)
 def test_quick_run_against_head_measures_both_packages_interleaved(tmp_path, no_leaks):
     temp = tmp_path / "tmp"
@@ -214,7 +216,8 @@ def test_quick_run_against_head_measures_both_packages_interleaved(tmp_path, no_
 @needs_git
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+@pytest.mark.parametrize("stop", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.long)],
+                         ids=["ctrl-c", "kill"])
 def test_an_interrupted_run_removes_the_revisions_copy_and_its_child(tmp_path, stop):
     temp = tmp_path / "tmp"
     temp.mkdir()
@@ -222,6 +225,8 @@ def test_an_interrupted_run_removes_the_revisions_copy_and_its_child(tmp_path, s
         [sys.executable, "-m", "benchmarks", "--quick", "--workloads", "cartpole8", "--wrappers", "dummy",
          "--against", "HEAD", "--steps", "1000000", "--out", str(tmp_path / "out")],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(temp)},
+        # Ctrl-C as a terminal delivers it: a test runner's worker may ignore SIGINT, which its children inherit.
+        preexec_fn=_sigint_as_by_default,
     )
     try:
         children = _wait_for_a_measuring_child(harness)
@@ -236,6 +241,10 @@ def test_an_interrupted_run_removes_the_revisions_copy_and_its_child(tmp_path, s
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, alive
     assert not list(temp.glob("parallelenv-*"))
+
+
+def _sigint_as_by_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for_a_measuring_child(harness: subprocess.Popen, patience_s: float = 60.0) -> list[psutil.Process]:

@@ -57,7 +57,8 @@ def test_a_dead_worker_process_inside_an_actor_names_only_its_envs(ray_session):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("mode", RAY_MODES)
+# make test loses a node under ray-subproc here and in tests/test_healing.py; make test-long under ray too
+@pytest.mark.parametrize("mode", [pytest.param("ray", marks=pytest.mark.long), "ray-subproc"])
 def test_losing_a_node_names_exactly_its_envs(mode):
     """A head and two worker nodes (ray.cluster_utils.Cluster), in a process of its own."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)])}
