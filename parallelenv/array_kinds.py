@@ -18,7 +18,7 @@ import numpy as np
 from gymnasium import spaces
 
 from parallelenv.arrays import is_tensor
-from parallelenv.batching import Batched, check_batch, put, take, zero_positions
+from parallelenv.batching import Batched, batch_checker, put, take, zero_positions
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,10 @@ class NumpyArrays:
     #: A mask can be read on the host without waiting for anything.
     reads_on_host = True
 
+    def __init__(self, action_space: spaces.Space) -> None:
+        self._action_space = action_space
+        self._check_actions = batch_checker(action_space)
+
     def bool_zeros(self, n: int) -> Any:
         return np.zeros(n, dtype=bool)
 
@@ -70,9 +74,9 @@ class NumpyArrays:
         """Index the buffers with the host index of a reply's envs."""
         return host_rows
 
-    def actions(self, space: spaces.Space, actions: Any, count: int) -> Batched:
+    def actions(self, actions: Any, count: int) -> Batched:
         """The user's actions for ``count`` envs, checked, as the buffers take them."""
-        return check_batch(space, actions, count)
+        return self._check_actions(actions, count)
 
     def put_actions(self, buffers: Any, rows: Any, actions: Batched) -> None:
         """Hand a step the actions of its envs: written into the rows of ``buffers.actions``
@@ -121,9 +125,9 @@ class TorchArrays(NumpyArrays):
 
         from parallelenv.tensor.env import torch_dtype
 
+        super().__init__(action_space)
         self._torch = torch
         self.device = device
-        self._action_space = action_space
         self._action_dtype = torch_dtype(action_space)
         self._action_row_shape = tuple(action_space.shape or ())
         self._own_actions: Any = None  # for steps of some envs: the caller's batch has only their rows
@@ -141,8 +145,8 @@ class TorchArrays(NumpyArrays):
     def _index(self, ids: np.ndarray) -> Any:
         return self._torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device, non_blocking=True)
 
-    def actions(self, space: spaces.Space, actions: Any, count: int) -> Any:
-        torch = self._torch
+    def actions(self, actions: Any, count: int) -> Any:
+        torch, space = self._torch, self._action_space
         if isinstance(actions, torch.Tensor):
             if (actions.dtype is self._action_dtype and actions.get_device() == self._device_index
                     and actions.dim() == 1 + len(self._action_row_shape) and actions.shape[0] == count
@@ -161,7 +165,7 @@ class TorchArrays(NumpyArrays):
                                     f"{space.dtype} of {space}")
                 actions = actions.to(self._action_dtype)
             return actions if actions.device == self.device else actions.to(self.device, non_blocking=True)
-        checked = np.asarray(check_batch(space, actions, count))
+        checked = np.asarray(self._check_actions(actions, count))
         return torch.from_numpy(checked.astype(space.dtype, copy=False)).to(self.device)
 
     def put_actions(self, buffers: Any, rows: Any, actions: Any) -> None:
@@ -208,4 +212,4 @@ def array_kind(buffers: Any, action_space: spaces.Space) -> NumpyArrays:
     """The kind of a backend's buffers."""
     if is_tensor(buffers.reward):
         return TorchArrays(buffers.reward.device, action_space)
-    return NumpyArrays()
+    return NumpyArrays(action_space)

@@ -284,18 +284,63 @@ def _check_array(space: spaces.Space, values: Any, n: int, what: str) -> np.ndar
 @check_batch.register(spaces.Box)
 @check_batch.register(spaces.MultiBinary)
 @check_batch.register(spaces.MultiDiscrete)
-def _(space: spaces.Space, values: Any, n: int, what: str = "actions") -> Batched:
+def _check_fixed_shape(space: spaces.Space, values: Any, n: int, what: str = "actions") -> Batched:
     return _check_array(space, values, n, what)
 
 
 @check_batch.register(spaces.Discrete)
-def _(space: spaces.Discrete, values: Any, n: int, what: str = "actions") -> Batched:
+def _check_discrete(space: spaces.Discrete, values: Any, n: int, what: str = "actions") -> Batched:
     array = _check_array(space, values, n, what)
     if array.size and (array.min() < space.start or array.max() >= space.start + space.n):
         outside = np.flatnonzero((array < space.start) | (array >= space.start + space.n))
         p = int(outside[0])
         raise ValueError(f"{what}[{p}] = {array[p]} is outside {space}")
     return array
+
+
+# Up to this many actions, bounds are checked on a Python list: two NumPy
+# reductions of a few values cost more than the list's conversion.
+SMALL_BATCH = 256
+
+
+def batch_checker(space: spaces.Space, what: str = "actions") -> Callable[[Any, int], Batched]:
+    """:func:`check_batch` for one space, as a function ``check(values, n)`` for the step path.
+
+    What a check of an array space learns from the space alone (its row
+    shape, the dtypes that cast to its own, a Discrete's bounds) is worked
+    out here once, so that a batch already in the space's form costs a few
+    comparisons per step. Anything else (other types, other shapes, a value
+    out of bounds) goes to :func:`check_batch`, which accepts it or raises
+    its error.
+    """
+    impl = check_batch.dispatch(type(space))
+    if impl is _check_discrete:
+        bounds: tuple[int, int] | None = (int(space.start), int(space.start + space.n))
+    elif impl is _check_fixed_shape:
+        bounds = None
+    else:
+        return lambda values, n: check_batch(space, values, n, what)
+    row_shape = _shape(space) if bounds is None else ()
+    target = np.dtype(space.dtype)
+    casts: dict[np.dtype, bool] = {}
+
+    def check(values: Any, n: int) -> Batched:
+        if type(values) is np.ndarray and values.shape[1:] == row_shape and values.shape[:1] == (n,):
+            safe = casts.get(values.dtype)
+            if safe is None:
+                safe = casts[values.dtype] = bool(np.can_cast(values.dtype, target, casting="same_kind"))
+            if safe and (bounds is None or not n or _within(values, *bounds)):
+                return values
+        return check_batch(space, values, n, what)
+
+    return check
+
+
+def _within(values: np.ndarray, low: int, stop: int) -> bool:
+    if values.size <= SMALL_BATCH:
+        listed = values.tolist()
+        return low <= min(listed) and max(listed) < stop
+    return low <= np.minimum.reduce(values) and np.maximum.reduce(values) < stop
 
 
 @check_batch.register(spaces.Dict)

@@ -113,7 +113,7 @@ class InFlight(ResumesRebuiltEnvs):
         """Step the envs of ``selection`` with the user's ``actions``, checked before anything is
         sent; the policy's finished envs answer at once with None results instead."""
         self.require_idle(selection, "send to")
-        actions = self.arrays.actions(self.backend.single_action_space, actions, selection.count)
+        actions = self.arrays.actions(actions, selection.count)
         self._number_sends(selection)
         live = None
         rows = self.arrays.rows(selection)

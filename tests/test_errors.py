@@ -415,6 +415,12 @@ BAD_STEPS = {
     "float actions for Discrete": ({"actions": [0.0, 1.0, 2.0, 3.0]}, TypeError, r"actions.*float"),
     "action above Discrete(5)": ({"actions": [0, 1, 5, 3]}, ValueError, r"actions\[2\] = 5"),
     "negative action": ({"actions": [0, -1, 2, 3]}, ValueError, r"actions\[1\] = -1"),
+    # As arrays too: a batch already in the space's form takes a shorter path.
+    "float array for Discrete": ({"actions": np.zeros(4)}, TypeError, r"actions.*float"),
+    "array above Discrete(5)": ({"actions": np.array([0, 1, 5, 3])}, ValueError, r"actions\[2\] = 5"),
+    "negative int8 array": ({"actions": np.array([0, -1, 2, 3], np.int8)}, ValueError, r"actions\[1\] = -1"),
+    "2-D array for Discrete": ({"actions": np.zeros((4, 1), np.int64)}, ValueError, r"actions.*\(4, 1\)"),
+    "short array": ({"actions": np.zeros(3, np.int64)}, ValueError, r"actions.*\(3,\)"),
     "id out of range": ({"actions": [0, 1], "id": [0, 4]}, ValueError, r"\b4\b"),
     "align": ({"actions": [0, 1, 2, 3], "align": "bogus"}, ValueError, "bogus"),
 }

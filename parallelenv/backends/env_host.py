@@ -10,11 +10,11 @@ reported in it, and the call still runs on every other env it names.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
+import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -156,15 +156,39 @@ def common_spaces(per_env: Sequence[SpacePair]) -> SpacePair:
     return first
 
 
-@contextlib.contextmanager
-def silenced(no_warning: bool) -> Iterator[None]:
-    """Ignore the warnings raised inside envs when ``no_warning`` is set."""
-    if not no_warning:
-        yield
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# What ``warnings.simplefilter("ignore")`` inserts.
+_IGNORE_EVERY_WARNING = ("ignore", None, Warning, None, 0)
+# Where catch_warnings keeps its filters per context (free-threaded builds,
+# or -X context_aware_warnings), warnings.filters is not where they are read.
+_FILTERS_PER_CONTEXT = getattr(sys.flags, "context_aware_warnings", False)
+
+
+class silenced:
+    """Ignore the warnings raised inside envs while in effect, when ``no_warning`` is set.
+
+    The dummy backend enters one around every call it runs, so it costs as
+    little as a filter can: a class rather than a generator, and the filter
+    put first in the list ``catch_warnings`` has just copied and marked as
+    changed, which is what ``simplefilter`` does after a search and a
+    second mark.
+    """
+
+    __slots__ = ("_catcher",)
+
+    def __init__(self, no_warning: bool) -> None:
+        self._catcher = warnings.catch_warnings() if no_warning else None
+
+    def __enter__(self) -> None:
+        if self._catcher is not None:
+            self._catcher.__enter__()
+            if _FILTERS_PER_CONTEXT:
+                warnings.simplefilter("ignore")
+            else:
+                warnings.filters.insert(0, _IGNORE_EVERY_WARNING)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._catcher is not None:
+            self._catcher.__exit__(*exc_info)
 
 
 def _make_env(source: EnvSource) -> gym.Env:
