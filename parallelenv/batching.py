@@ -131,15 +131,17 @@ def row_writer(batched: Batched) -> Callable[[int, Any], None]:
 
 
 def rows_reader(batched: Batched) -> Callable[[Any], list[Any]]:
-    """A function ``read(rows)`` returning a list with each row's value, each its own copy.
+    """A function ``read(rows)`` returning a list with each row's value, each its own copy;
+    ``read(None)`` reads every row.
 
     One C-level pass per array instead of one indexing call per env: this
     sits in the step loop of every env host.
     """
     if isinstance(batched, np.ndarray):
         if batched.ndim == 1:
-            return lambda rows: list(batched[rows])  # numpy scalars, copies by nature
-        return lambda rows: list(batched[rows].copy())
+            # NumPy scalars, copies by nature; a list of the array itself costs a third less than of a view.
+            return lambda rows: list(batched if rows is None else batched[rows])
+        return lambda rows: list((batched if rows is None else batched[rows]).copy())
     if isinstance(batched, dict):
         readers = {key: rows_reader(sub) for key, sub in batched.items()}
 
@@ -150,6 +152,15 @@ def rows_reader(batched: Batched) -> Callable[[Any], list[Any]]:
         return read_dict
     tuple_readers = [rows_reader(sub) for sub in batched]
     return lambda rows: list(zip(*(read(rows) for read in tuple_readers), strict=True))
+
+
+def rows_view(batched: Batched, rows: slice) -> Batched:
+    """The rows ``rows`` of ``batched``, as views of its arrays."""
+    if isinstance(batched, dict):
+        return {key: rows_view(sub, rows) for key, sub in batched.items()}
+    if isinstance(batched, tuple):
+        return tuple(rows_view(sub, rows) for sub in batched)
+    return batched[rows]
 
 
 def private_parts(batched: Batched) -> list[np.ndarray]:

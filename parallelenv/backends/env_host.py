@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from parallelenv.backends.buffers import Buffers
-from parallelenv.batching import is_per_env_objects, row_writer, rows_reader
+from parallelenv.batching import is_per_env_objects, row_writer, rows_reader, rows_view
 from parallelenv.calls import (
     NO_ARGUMENT,
     Arguments,
@@ -263,6 +263,8 @@ class EnvGroup:
     def attach(self, buffers: Buffers) -> None:
         self.buffers = buffers
         self._read_actions = rows_reader(buffers.actions)
+        # A step of the whole group (every step of a training loop) reads its rows through views made once.
+        self._read_group_actions = rows_reader(rows_view(buffers.actions, self._all_rows))
         self._write_obs = row_writer(buffers.obs)
         obs = buffers.obs
         self._obs_at_once = isinstance(obs, np.ndarray) and not is_per_env_objects(obs) and \
@@ -295,12 +297,14 @@ class EnvGroup:
         if ids == self.all_ids:
             rows: slice | list[int] = self._all_rows
             envs = self.envs
+            actions = self._read_group_actions(None)
         else:
             rows, envs = list(ids), [self.envs[i - self.first_id] for i in ids]
+            actions = self._read_actions(rows)
         results = []
         failures: list[Failure] = []
         restart = self.restart
-        for env_id, env, action in zip(ids, envs, self._read_actions(rows), strict=True):
+        for env_id, env, action in zip(ids, envs, actions, strict=True):
             try:
                 result = env.step(action)
             except Exception as exc:

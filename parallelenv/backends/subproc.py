@@ -397,6 +397,10 @@ class SubprocBackend:
         for index, worker in enumerate(self._workers):
             if worker.sent and self._countdown.answered_quietly(index):
                 answers.append(Done(Step, worker.sent.popleft(), {}))
+        if len(answers) == len(self._workers) > 1:
+            # Every worker's part of a step of every env: one answer for the whole
+            # step, which the tracker takes in one go, as a whole step's reply.
+            return [Done(Step, self._all_ids, {})]
         return answers
 
     def _lost(self, worker: _Worker, reason: str | None = None) -> WorkerDiedError:
