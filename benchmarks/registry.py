@@ -25,7 +25,9 @@ EnvFactory = Callable[[], Any]
 IN_PROCESS = "in-process"
 SUBPROCESS = "subprocess"
 RAY = "ray"
-KINDS = (IN_PROCESS, SUBPROCESS, RAY)
+# A policy chooses the actions in the timed loop: no other library's wrapper does the same work.
+WITH_POLICY = "with a policy"
+KINDS = (IN_PROCESS, SUBPROCESS, RAY, WITH_POLICY)
 
 
 class Runner:

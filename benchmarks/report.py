@@ -9,15 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.machine import machine_line
-from benchmarks.registry import IN_PROCESS, KINDS, RAY, SUBPROCESS
+from benchmarks.registry import IN_PROCESS, KINDS, RAY, SUBPROCESS, WITH_POLICY
 from benchmarks.wrappers import WRAPPERS
 
 KIND_MEANING = {
     IN_PROCESS: "envs stepped one after another in the caller's process",
     SUBPROCESS: "envs in local worker processes",
     RAY: "envs in Ray actors",
+    WITH_POLICY: "VecWorker.collect, a policy choosing the actions, envs in local worker processes",
 }
-KIND_COLOURS = {IN_PROCESS: "#8da0cb", SUBPROCESS: "#66c2a5", RAY: "#fc8d62"}
+KIND_COLOURS = {IN_PROCESS: "#8da0cb", SUBPROCESS: "#66c2a5", RAY: "#fc8d62", WITH_POLICY: "#e78ac3"}
 COLUMNS = ("workload", "wrapper", "kind", "N", "steps/s median (min..max)", "us/env-step",
            "parent CPU us/step", "x best peer", "start-up s", "peak RSS MiB (PSS)")
 AGAINST_COLUMNS = ("workload", "wrapper", "steps/s: tree / {rev}", "per round (min..max)",

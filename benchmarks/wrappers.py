@@ -23,6 +23,7 @@ from benchmarks.registry import (
     IN_PROCESS,
     RAY,
     SUBPROCESS,
+    WITH_POLICY,
     WRAPPERS,
     EnvFactory,
     Runner,
@@ -134,17 +135,27 @@ class MLPPolicy:
 
 
 class CollectRunner(Runner):
-    """Ours, with a policy in the loop: ``VecWorker.collect`` over subproc, one worker per env.
+    """Ours, with a policy in the loop: ``VecWorker.collect`` over subproc, four envs a worker.
 
     The pre-sampled actions only say how many steps to take; the policy, a
     torch MLP, chooses the actions. ``overlap`` is the one difference
     between the two wrappers built from it.
     """
 
-    # Three hidden layers of 512: ~0.8 ms a forward pass on a batch of 16 on
-    # one thread of this machine, about as long as a step of collect16's envs
-    # (of 256: ~0.3 ms, mostly fixed cost per layer, which halves do not halve).
+    # Three hidden layers of 512: ~0.6-0.9 ms a forward pass on a batch of 16
+    # on one thread of this machine, about as long as one step of a collect16
+    # env (1 ms); a batch of 8 takes ~60% of that (of 256: ~0.2 ms, mostly
+    # fixed cost per layer). Wider layers make the parent's core the bound:
+    # two half batches cost it more than one whole one.
     hidden = (512, 512, 512)
+    # A worker steps its envs one after another. With several envs a worker,
+    # each half of an overlapped collection (the even and the odd envs) takes
+    # half of every worker's envs, so a half's step takes half a step's time;
+    # with one env a worker it would take all of it, and nothing could
+    # overlap. Four a worker: collect16's waiting envs get four workers (a
+    # step of every env ~4.6 ms, of a half ~2.3 ms); busy8's CPU-bound ones
+    # two, one a core.
+    envs_per_worker = 4
 
     def __init__(self, factories: Sequence[EnvFactory], overlap: bool) -> None:
         import gymnasium
@@ -156,9 +167,8 @@ class CollectRunner(Runner):
         # One thread: the policy has the caller's core; a second thread would
         # contend with the workers for the other core, and stall on a busy host.
         torch.set_num_threads(1)
-        # A worker per env, so that envs that wait do so side by side.
         penv = ParallelEnv(list(factories), para_mode="subproc", asynchronous="restart",
-                           num_workers=len(factories))
+                           num_workers=-(-len(factories) // self.envs_per_worker))
         policy = MLPPolicy(gymnasium.spaces.flatdim(penv.single_observation_space),
                            int(penv.single_action_space.n), self.hidden)
         self.worker = VecWorker(penv, policy, output="torch", device="cpu", overlap=overlap)
@@ -173,14 +183,16 @@ class CollectRunner(Runner):
         self.worker.shutdown()
 
 
-COLLECT_NOTE = (f"VecWorker.collect, output='torch', subproc with num_workers=N, a torch MLP "
+COLLECT_NOTE = (f"VecWorker.collect, output='torch', subproc with num_workers=N/{CollectRunner.envs_per_worker}, "
+                f"a torch MLP "
                 f"{'x'.join(map(str, CollectRunner.hidden))} on one thread choosing the actions")
-# Not in --quick: each repeat imports torch and starts 16 workers, and bench-quick must stay under two minutes.
-register("parallelenv-collect-plain", SUBPROCESS, ours=True, requires=("parallelenv", "torch"), quick=False,
-         workloads=frozenset({"collect16"}), note=f"{COLLECT_NOTE}; every env steps together")(
+# Not in --quick: each repeat imports torch, and bench-quick must stay under two minutes. On busy8 (envs
+# that use their cores, so that nothing is left to overlap on two) as well as on collect16.
+register("parallelenv-collect-plain", WITH_POLICY, ours=True, requires=("parallelenv", "torch"), quick=False,
+         workloads=frozenset({"collect16", "busy8"}), note=f"{COLLECT_NOTE}; every env steps together")(
     functools.partial(CollectRunner, overlap=False))
-register("parallelenv-collect-overlapped", SUBPROCESS, ours=True, requires=("parallelenv", "torch"), quick=False,
-         workloads=frozenset({"collect16"}), baseline="parallelenv-collect-plain",
+register("parallelenv-collect-overlapped", WITH_POLICY, ours=True, requires=("parallelenv", "torch"), quick=False,
+         workloads=frozenset({"collect16", "busy8"}), baseline="parallelenv-collect-plain",
          note=f"{COLLECT_NOTE}; overlap=True: one half steps while the policy acts for the other")(
     functools.partial(CollectRunner, overlap=True))
 

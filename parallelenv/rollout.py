@@ -16,8 +16,11 @@ ParallelEnv's ``asynchronous`` policy:
 
 ``overlap=True`` is Sample Factory's double-buffered sampling over the
 ParallelEnv's ``send``/``recv``: :meth:`VecWorker.collect` splits the envs
-into two halves and computes one half's actions while the other half steps,
-so that neither the policy nor the envs wait for each other. Each env sees the
+into two halves, the even and the odd env ids, and computes one half's
+actions while the other half steps, so that neither the policy nor the envs
+wait for each other. A process or Ray worker steps the envs it hosts one
+after another; hosts hold runs of consecutive ids, so each half takes about
+half of every host's envs, and a half's step about half a whole step's time. Each env sees the
 same actions in the same order as without it, provided the policy acts on
 each row alone (it is called on half batches). Under ``asynchronous=None``
 one env's end ends every env's episode, so a half cannot start its next step
@@ -56,6 +59,7 @@ from parallelenv.arrays import (
     put_row,
     put_rows,
     stack,
+    take_rows,
     to_numpy,
     to_torch,
     tree_map,
@@ -91,7 +95,6 @@ class _Settled:
 class _Half:
     """One half of the envs in overlapped collection."""
 
-    rows: slice
     ids: np.ndarray
     obs: Tree  # its obs for its next step
     sent: tuple[Tree, Tree] | None = None  # the obs and actions of its step in flight
@@ -182,9 +185,10 @@ class VecWorker:
         self.seed = seed
         self.worker_number = worker_number
         self.overlap = overlap
-        # Contiguous halves: a subproc worker hosts a contiguous group of envs,
-        # so (with whole groups in each half) a half's step is whole messages.
-        self._halves = (slice(0, n // 2), slice(n // 2, n))
+        # Even and odd ids: a worker steps its envs (a run of consecutive ids)
+        # one after another, so a half's step takes half the time of a whole
+        # step only if each half has half of every worker's envs.
+        self._halves = (np.arange(0, n, 2), np.arange(1, n, 2))
         #: The seed each env's first reset gets (None: unseeded), in env order.
         self.env_seeds: tuple[int | None, ...] = self._env_seeds(seed)
         self._obs: Tree = None  # the current obs, in the output format; None until started
@@ -391,9 +395,10 @@ class VecWorker:
         self._step_count += 1
         return settled
 
-    def _settle(self, rows: slice, obs: Tree, action: Tree, results: Any) -> _Settled:
-        """Record one step of the envs of ``rows`` (``results`` as ``step`` returns them for those
-        envs); restart their episodes that ended. Both modes run every step through here."""
+    def _settle(self, rows: slice | np.ndarray, obs: Tree, action: Tree, results: Any) -> _Settled:
+        """Record one step of the envs of ``rows`` (every env's slice, or a half's ids; ``results``
+        as ``step`` returns them for those envs); restart their episodes that ended. Both modes
+        run every step through here."""
         next_obs, reward, terminated, truncated, info = results
         terminated_np = to_numpy(terminated).astype(bool)
         truncated_np = to_numpy(truncated).astype(bool)
@@ -431,7 +436,7 @@ class VecWorker:
         new_obs = self._end_episodes(rows, new_obs, ended, restarted_np)
         return _Settled(step, ended, new_obs, returns, lengths)
 
-    def _end_episodes(self, rows: slice, obs: Tree, ended: np.ndarray, restarted: np.ndarray) -> Tree:
+    def _end_episodes(self, rows: slice | np.ndarray, obs: Tree, ended: np.ndarray, restarted: np.ndarray) -> Tree:
         """Zero the counters of ended episodes; reset the envs the ParallelEnv did not. Returns ``obs``
         (of the envs of ``rows``) with the first obs of the envs reset here."""
         ids = np.arange(self.num_envs)[rows]
@@ -454,20 +459,21 @@ class VecWorker:
             self._lengths[ids] = 0
             self._episode_start[ids] = self._step_count if self._recording else -1
 
-    def _act(self, obs: Tree, rows: slice) -> tuple[Tree, Tree]:
-        """The policy's actions for the envs of ``rows``: as recorded (output format) and as the ParallelEnv takes them."""
+    def _act(self, obs: Tree, rows: slice | np.ndarray) -> tuple[Tree, Tree]:
+        """The policy's actions for the envs of ``rows`` (every env's slice, or a half's ids): as
+        recorded (output format) and as the ParallelEnv takes them."""
         torch = sys.modules.get("torch")
         with torch.no_grad() if torch is not None else contextlib.nullcontext():
             action = self.policy(obs)
         if self._env_is_torch:
             env_action = to_torch(action, self._env_device)
         else:
-            count = rows.stop - rows.start
+            ids = np.arange(self.num_envs)[rows]
             try:
-                env_action = check_batch(self.penv.single_action_space, to_numpy(action), count,
+                env_action = check_batch(self.penv.single_action_space, to_numpy(action), len(ids),
                                          what="the policy's actions")
             except (TypeError, ValueError) as exc:
-                called_on = "" if count == self.num_envs else f", called on envs {rows.start}..{rows.stop - 1}"
+                called_on = "" if len(ids) == self.num_envs else f", called on envs {_named(ids)}"
                 raise type(exc)(f"{exc} (policy {self.policy!r}{called_on})") from None
         return self._out(action), env_action
 
@@ -486,8 +492,7 @@ class VecWorker:
         if self._env_is_torch:
             raise ValueError("overlap=True steps NumPy envs: this ParallelEnv returns tensors, whose steps "
                              "are already asynchronous on their device; use overlap=False")
-        halves = [_Half(rows, np.arange(rows.start, rows.stop), tree_map(lambda x, r=rows: x[r], self._obs))
-                  for rows in self._halves]
+        halves = [_Half(ids, take_rows(self._obs, ids)) for ids in self._halves]
         # What settles at once: each half on its own, or both when one env's end ends all.
         groups = [halves] if self.penv.policy.ends_all else [[half] for half in halves]
         arrived: dict[int, tuple[Any, ...]] = {}  # results received before their half was waited for
@@ -498,35 +503,40 @@ class VecWorker:
             self._send_half(halves[0])
             for t in _progress(range(num_steps), progress):
                 self._send_half(halves[1])  # its actions computed while half 0 steps
+                ended: list[tuple[int, float, int]] = []  # (env id, return, length) of the episodes ended
                 for g, group in enumerate(groups):
                     settled = self._settle_halves(group, arrived)
                     if g == 0 and t + 1 < num_steps:
                         self._send_half(halves[0])  # its actions computed while half 1 steps
                     steps[g].append(settled.step)
-                    returns.extend(settled.returns)
-                    lengths.extend(settled.lengths)
+                    ids = np.concatenate([half.ids for half in group])[settled.ended]
+                    ended += zip(ids.tolist(), settled.returns, settled.lengths, strict=True)
+                for _, episode_return, length in sorted(ended):  # in env order, as plain collection lists them
+                    returns.append(episode_return)
+                    lengths.append(length)
                 self._step_count += 1
         except Exception:
             self._receive_the_rest()
             raise
         finally:
-            self._obs = concatenate([half.obs for half in halves])
+            # The halves' rows, even ids then odd ones, back in env order.
+            in_env_order = np.argsort(np.concatenate(self._halves), kind="stable")
+            self._obs = take_rows(concatenate([half.obs for half in halves]), in_env_order)
         batch = Transitions.from_steps(steps[0], returns, lengths)
-        if len(steps) == 1:
-            return batch
-        other = Transitions.from_steps(steps[1], [], [])
-        joined = {f.name: tree_map(_side_by_side, getattr(batch, f.name), getattr(other, f.name))
+        parts = [batch] if len(steps) == 1 else [batch, Transitions.from_steps(steps[1], [], [])]
+        joined = {f.name: tree_map(lambda *leaves: _env_columns(leaves, in_env_order),
+                                   *(getattr(part, f.name) for part in parts))
                   for f in fields(StepFields)}
         return replace(batch, **joined)
 
     def _send_half(self, half: _Half) -> None:
-        action, env_action = self._act(half.obs, half.rows)
+        action, env_action = self._act(half.obs, half.ids)
         self.penv.send(env_action, id=half.ids)
         half.sent = (half.obs, action)
 
     def _settle_halves(self, halves: Sequence[_Half], arrived: dict[int, tuple[Any, ...]]) -> _Settled:
-        """Receive the step in flight of ``halves`` (adjacent) and settle it as one."""
-        rows = slice(halves[0].rows.start, halves[-1].rows.stop)
+        """Receive the step in flight of ``halves`` and settle it as one, their envs in the halves' order."""
+        rows = np.concatenate([half.ids for half in halves])
         sent = [half.sent for half in halves]
         assert all(part is not None for part in sent), "a half is settled only after it was sent"
         if len(sent) == 1:
@@ -534,20 +544,22 @@ class VecWorker:
         else:
             obs, action = (concatenate(parts) for parts in zip(*sent, strict=True))
         settled = self._settle(rows, obs, action, self._received(rows, arrived))
+        start = 0
         for half in halves:
-            start, stop = half.rows.start - rows.start, half.rows.stop - rows.start
+            stop = start + len(half.ids)
             half.obs, half.sent = tree_map(lambda x, a=start, b=stop: x[a:b], settled.obs), None
+            start = stop
         return settled
 
-    def _received(self, rows: slice, arrived: dict[int, tuple[Any, ...]]) -> tuple[Any, ...]:
-        """The step results of the envs of ``rows``, batched as ``step`` batches them.
+    def _received(self, rows: np.ndarray, arrived: dict[int, tuple[Any, ...]]) -> tuple[Any, ...]:
+        """The step results of the envs ``rows``, in that order, batched as ``step`` batches them.
 
         ``recv`` hands over whatever has answered. Mostly that is the half
         waited for, in env order (the order it was sent in), and it is
         used as it comes; envs of the other half, or a half that answers in
         parts, wait in ``arrived`` one env at a time until the half is whole.
         """
-        wanted = np.arange(rows.start, rows.stop)
+        wanted = rows
         missing = int(sum(i not in arrived for i in wanted.tolist()))
         while missing:
             results = self.penv.recv(wait_num=missing)  # own arrays: only the tensor backend lends its buffers
@@ -640,11 +652,20 @@ def _keep_per_env(results: tuple[Any, ...], env_ids: np.ndarray, arrived: dict[i
         arrived[i] = (tree_map(lambda x, p=p: x[p], obs), reward[p], terminated[p], truncated[p], own_info)
 
 
-def _side_by_side(*leaves: Any) -> Any:
-    """Time-major leaves of adjacent groups of envs joined along the env axis."""
+def _env_columns(leaves: Sequence[Any], in_env_order: np.ndarray) -> Any:
+    """Time-major leaves of the halves' envs, joined along the env axis and put in env order."""
     if is_tensor(leaves[0]):
-        return sys.modules["torch"].cat(leaves, dim=1)
-    return np.concatenate(leaves, axis=1)
+        torch = sys.modules["torch"]
+        joined = torch.cat(leaves, dim=1) if len(leaves) > 1 else leaves[0]
+        return joined[:, torch.as_tensor(in_env_order, device=joined.device)]
+    joined = np.concatenate(leaves, axis=1) if len(leaves) > 1 else leaves[0]
+    return joined[:, in_env_order]
+
+
+def _named(ids: np.ndarray) -> str:
+    """Env ids for an error message: the first few of many."""
+    shown = ids[:6].tolist()
+    return str(shown) if len(ids) <= 6 else f"{str(shown)[:-1]}, ... ({len(ids)} envs)]"
 
 
 def _progress(steps: Iterable[int], show: bool) -> Iterator[int]:

@@ -186,9 +186,10 @@ class Recorded(ParallelEnv):
     ("asynchronous", "expected"),
     [
         # One half's policy call (P) while the other half is in flight: sent (S), not yet received (R).
-        ("restart", "P01 S01 P23 S23 R01 P01 S01 R23 P23 S23 R01 P01 S01 R23 P23 S23 R01 R23"),
+        # The halves are the even and the odd envs.
+        ("restart", "P02 S02 P13 S13 R02 P02 S02 R13 P13 S13 R02 P02 S02 R13 P13 S13 R02 R13"),
         # One env's end ends all: half 0 waits for half 1's results before its next step.
-        (None, "P01 S01 P23 S23 R0123 P01 S01 P23 S23 R0123 P01 S01 P23 S23 R0123"),
+        (None, "P02 S02 P13 S13 R0213 P02 S02 P13 S13 R0213 P02 S02 P13 S13 R0213"),
     ],
 )
 def test_overlap_computes_one_halfs_actions_while_the_other_half_steps(asynchronous, expected):
@@ -220,10 +221,25 @@ def test_an_env_that_raises_is_named_and_leaves_no_call_in_flight(make_penv, ove
     assert worker.penv.step(np.zeros(3, np.int64), id=[0, 1, 2])[1].tolist() == [1, 11, 21]
 
 
+def test_each_half_has_about_half_of_every_workers_envs(no_leaks):
+    # A worker steps its envs one after another: a half made of whole workers
+    # would take as long to step as every env, and overlap nothing.
+    with Recorded(counting_envs([100] * 7), para_mode="subproc", num_workers=2) as penv:
+        penv.log = []
+        host = penv.backend.env_pids()
+        VecWorker(penv, cycle_actions, seed=0, overlap=True).collect(3)
+    sends = [[int(i) for i in entry[1:]] for entry in penv.log if entry.startswith("S")]
+    assert len(sends) == 6
+    for ids in sends:
+        per_worker = [sum(host[i] == pid for i in ids) for pid in sorted(set(host))]
+        total = [host.count(pid) for pid in sorted(set(host))]
+        assert all(abs(2 * mine - all_of_it) <= 1 for mine, all_of_it in zip(per_worker, total, strict=True)), ids
+
+
 def test_a_bad_action_in_overlapped_collection_names_the_envs_the_policy_acted_for(make_penv):
     worker = VecWorker(make_penv(counting_envs([5] * 4)), lambda obs: np.where(obs[:, 0] == 3, 7, 0), seed=0,
                        overlap=True)
-    with pytest.raises(ValueError, match=r"actions\[1\] = 7 is outside Discrete\(5\) \(policy .*, called on envs 2\.\.3\)"):
+    with pytest.raises(ValueError, match=r"actions\[1\] = 7 is outside Discrete\(5\) \(policy .*, called on envs \[1, 3\]\)"):
         worker.collect(2)
     with pytest.raises(NoPendingCallError):  # the first half's step, sent before, was received
         worker.penv.recv()
@@ -438,6 +454,23 @@ def test_a_torch_policy_drives_numpy_envs_and_results_come_as_tensors(make_penv)
     assert all(torch.equal(a, b) for a, b in zip(policy.parameters(), other.parameters(), strict=True))
 
 
+def test_overlapped_torch_results_are_plain_collections_in_env_order(make_penv):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    batches = {}
+    for overlap in (False, True):
+        penv = make_penv([lambda: gym.make("CartPole-v1")] * 5, asynchronous="restart")
+        worker = VecWorker(penv, lambda obs: policy(obs).argmax(dim=1), output="torch", device="cpu", seed=0,
+                           overlap=overlap)
+        batches[overlap] = [worker.collect(25), worker.collect(5)]
+    for plain, overlapped in zip(batches[False], batches[True], strict=True):
+        for field in TRANSITION_FIELDS:
+            expected, got = getattr(plain, field), getattr(overlapped, field)
+            assert torch.is_tensor(got) == torch.is_tensor(expected), field
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(expected), err_msg=field)
+
+
 def test_numpy_results_from_a_policy_that_returns_tensors(make_penv):
     torch = pytest.importorskip("torch")
     worker = VecWorker(make_penv(counting_envs([3, 3])), lambda obs: torch.ones(len(obs), dtype=torch.int64), seed=0)
@@ -577,12 +610,15 @@ def test_an_episode_cut_by_a_rebuilt_worker_ends_truncated_where_it_was(no_leaks
     with VecWorker(penv, cycle_actions, seed=0, overlap=overlap) as worker:
         batch = worker.collect(5)
     obs, next_obs = batch.obs[..., 1], batch.next_obs[..., 1]  # the step counts
-    # The worker of envs 0 and 1 died in the third step: their episodes end there, truncated, their last
-    # transition leading nowhere new (never to the next episode's first obs), with no reward.
-    np.testing.assert_array_equal(batch.truncated[2], [True, True, False, False])
-    np.testing.assert_array_equal(next_obs[2, :2], obs[2, :2])
-    np.testing.assert_array_equal(batch.reward[2, :2], [0, 0])
-    # The next episodes start from the rebuilt envs' first obs, with nothing reset twice.
-    np.testing.assert_array_equal(obs[3], [0, 0, 3, 3])
-    np.testing.assert_array_equal(next_obs[3], [1, 1, 4, 4])
+    # The worker of envs 0 and 1 died in env 1's third step. Overlapped, env 0 (in the other half) had
+    # finished that step and its fourth was under way. Each episode ends at its step the death cut,
+    # truncated, its last transition leading nowhere new (never to the next episode's first obs), with
+    # no reward; the next episode starts from the rebuilt env's first obs, with nothing reset twice.
+    cut_at = {0: 3 if overlap else 2, 1: 2}
+    for env, step in cut_at.items():
+        assert batch.truncated[:, env].tolist() == [t == step for t in range(5)], env
+        assert next_obs[step, env] == obs[step, env] and batch.reward[step, env] == 0, env
+        assert (obs[step + 1, env], next_obs[step + 1, env]) == (0, 1), env
+    np.testing.assert_array_equal(obs[:, 2:], np.broadcast_to(np.arange(5)[:, None], (5, 2)))  # untouched
+    assert not batch.truncated[:, 2:].any()
     assert len(penv.failures) == 1
