@@ -16,16 +16,18 @@ ParallelEnv's ``asynchronous`` policy:
 
 ``overlap=True`` is Sample Factory's double-buffered sampling over the
 ParallelEnv's ``send``/``recv``: :meth:`VecWorker.collect` splits the envs
-into two halves, the even and the odd env ids, and computes one half's
-actions while the other half steps, so that neither the policy nor the envs
-wait for each other. A process or Ray worker steps the envs it hosts one
-after another; hosts hold runs of consecutive ids, so each half takes about
-half of every host's envs, and a half's step about half a whole step's time. Each env sees the
-same actions in the same order as without it, provided the policy acts on
-each row alone (it is called on half batches). Under ``asynchronous=None``
-one env's end ends every env's episode, so a half cannot start its next step
-before the other half's results are in: the results are the same, the
-overlap is lost.
+into two halves and computes one half's actions while the other half steps,
+so that neither the policy nor the envs wait for each other. The halves are
+the even and the odd env ids: a worker process or Ray actor hosts a run of
+consecutive ids and steps them one after another, so a half's step takes
+about half a whole step's time only if the half holds about half of every
+worker's envs (with halves of consecutive ids, one half would be whole
+workers, as slow to step as every env). Each env sees the same actions in
+the same order as without overlap, provided the policy acts on each row
+alone (it is called on half batches). Under ``asynchronous=None`` one env's
+end ends every env's episode, so a half cannot start its next step before
+the other half's results are in: the results are the same, the overlap is
+lost.
 
 ``seed`` and ``worker_number`` play garage's parts: workers built with one
 base seed and different worker numbers give their envs distinct seeds, each
@@ -95,8 +97,8 @@ class _Settled:
 class _Half:
     """One half of the envs in overlapped collection."""
 
-    ids: np.ndarray
-    obs: Tree  # its obs for its next step
+    ids: np.ndarray  # its env ids, every other one (int64)
+    obs: Tree  # its obs for its next step, in the order of ids
     sent: tuple[Tree, Tree] | None = None  # the obs and actions of its step in flight
 
 
@@ -120,17 +122,19 @@ class VecWorker:
             gets the seed of ``SeedSequence(seed, spawn_key=(w, i))``, so no two
             envs of such workers share a seed or a stream, as ``seed + w`` or
             ``seed + i`` would. :attr:`env_seeds` lists them.
-        overlap: let :meth:`collect` step one half of the envs while the
-            policy computes the other half's actions (see the module's
-            docstring). The policy is then called on half batches and must
-            act on each row alone, as a network without batch statistics
-            does; each env then sees the same actions, in the same order, as
-            without overlap. It hides the envs' waiting behind the policy,
-            at the price of a second send and recv per step and of two
-            policy calls on half batches: it pays where the envs wait on
-            cores of their own (I/O, a renderer, a simulator in another
-            process; a subproc worker per env, or Ray) and a half batch
-            costs the policy about half a batch's time. Measure it
+        overlap: let :meth:`collect` step one half of the envs (the even
+            ids, or the odd ones, so that each half holds half of every
+            worker's envs) while the policy computes the other half's
+            actions (see the module's docstring). The policy is then called
+            on half batches and must act on each row alone, as a network
+            without batch statistics does; each env then sees the same
+            actions, in the same order, as without overlap. It hides the
+            envs' waiting behind the policy, at the price of a second send
+            and recv per step and of two policy calls on half batches: it
+            pays where the envs wait on cores of their own (I/O, a renderer,
+            a simulator in another process; a subproc worker per env, or
+            Ray) and a half batch costs the policy about half a batch's
+            time. Measure it
             (``python -m benchmarks --workloads collect16``). The episode
             API (:meth:`step_episode`, :meth:`rollout`) steps every env
             together either way. Needs two envs or more, and NumPy results
@@ -188,7 +192,7 @@ class VecWorker:
         # Even and odd ids: a worker steps its envs (a run of consecutive ids)
         # one after another, so a half's step takes half the time of a whole
         # step only if each half has half of every worker's envs.
-        self._halves = (np.arange(0, n, 2), np.arange(1, n, 2))
+        self._halves = (np.arange(0, n, 2, dtype=np.int64), np.arange(1, n, 2, dtype=np.int64))
         #: The seed each env's first reset gets (None: unseeded), in env order.
         self.env_seeds: tuple[int | None, ...] = self._env_seeds(seed)
         self._obs: Tree = None  # the current obs, in the output format; None until started
@@ -493,25 +497,28 @@ class VecWorker:
             raise ValueError("overlap=True steps NumPy envs: this ParallelEnv returns tensors, whose steps "
                              "are already asynchronous on their device; use overlap=False")
         halves = [_Half(ids, take_rows(self._obs, ids)) for ids in self._halves]
+        # The halves' rows, even ids then odd ones, back in env order.
+        in_env_order = np.argsort(np.concatenate(self._halves), kind="stable")
         # What settles at once: each half on its own, or both when one env's end ends all.
         groups = [halves] if self.penv.policy.ends_all else [[half] for half in halves]
         arrived: dict[int, tuple[Any, ...]] = {}  # results received before their half was waited for
-        steps: list[list[StepFields]] = [[] for _ in groups]  # per group, joined side by side at the end
+        steps: list[list[StepFields]] = [[] for _ in groups]  # per group; their columns put in env order at the end
         returns: list[float] = []
         lengths: list[int] = []
         try:
             self._send_half(halves[0])
             for t in _progress(range(num_steps), progress):
                 self._send_half(halves[1])  # its actions computed while half 0 steps
-                ended: list[tuple[int, float, int]] = []  # (env id, return, length) of the episodes ended
+                episodes_ended: list[tuple[int, float, int]] = []  # (env id, return, length)
                 for g, group in enumerate(groups):
                     settled = self._settle_halves(group, arrived)
                     if g == 0 and t + 1 < num_steps:
                         self._send_half(halves[0])  # its actions computed while half 1 steps
                     steps[g].append(settled.step)
-                    ids = np.concatenate([half.ids for half in group])[settled.ended]
-                    ended += zip(ids.tolist(), settled.returns, settled.lengths, strict=True)
-                for _, episode_return, length in sorted(ended):  # in env order, as plain collection lists them
+                    ended_ids = np.concatenate([half.ids for half in group])[settled.ended]
+                    episodes_ended += zip(ended_ids.tolist(), settled.returns, settled.lengths, strict=True)
+                # In env order, as plain collection lists them: the halves interleave.
+                for _, episode_return, length in sorted(episodes_ended):
                     returns.append(episode_return)
                     lengths.append(length)
                 self._step_count += 1
@@ -519,8 +526,6 @@ class VecWorker:
             self._receive_the_rest()
             raise
         finally:
-            # The halves' rows, even ids then odd ones, back in env order.
-            in_env_order = np.argsort(np.concatenate(self._halves), kind="stable")
             self._obs = take_rows(concatenate([half.obs for half in halves]), in_env_order)
         batch = Transitions.from_steps(steps[0], returns, lengths)
         parts = [batch] if len(steps) == 1 else [batch, Transitions.from_steps(steps[1], [], [])]
@@ -551,15 +556,14 @@ class VecWorker:
             start = stop
         return settled
 
-    def _received(self, rows: np.ndarray, arrived: dict[int, tuple[Any, ...]]) -> tuple[Any, ...]:
-        """The step results of the envs ``rows``, in that order, batched as ``step`` batches them.
+    def _received(self, wanted: np.ndarray, arrived: dict[int, tuple[Any, ...]]) -> tuple[Any, ...]:
+        """The step results of the envs ``wanted``, in that order, batched as ``step`` batches them.
 
         ``recv`` hands over whatever has answered. Mostly that is the half
         waited for, in env order (the order it was sent in), and it is
         used as it comes; envs of the other half, or a half that answers in
         parts, wait in ``arrived`` one env at a time until the half is whole.
         """
-        wanted = rows
         missing = int(sum(i not in arrived for i in wanted.tolist()))
         while missing:
             results = self.penv.recv(wait_num=missing)  # own arrays: only the tensor backend lends its buffers

@@ -221,19 +221,23 @@ def test_an_env_that_raises_is_named_and_leaves_no_call_in_flight(make_penv, ove
     assert worker.penv.step(np.zeros(3, np.int64), id=[0, 1, 2])[1].tolist() == [1, 11, 21]
 
 
-def test_each_half_has_about_half_of_every_workers_envs(no_leaks):
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_envs", [7, 8])
+def test_each_half_has_about_half_of_every_workers_envs(no_leaks, num_envs):
     # A worker steps its envs one after another: a half made of whole workers
     # would take as long to step as every env, and overlap nothing.
-    with Recorded(counting_envs([100] * 7), para_mode="subproc", num_workers=2) as penv:
+    with Recorded(counting_envs([100] * num_envs), para_mode="subproc", num_workers=2) as penv:
         penv.log = []
-        host = penv.backend.env_pids()
+        host = penv.backend.env_pids()  # the process that steps each env
         VecWorker(penv, cycle_actions, seed=0, overlap=True).collect(3)
+    workers = sorted(set(host))
+    assert len(workers) == 2
     sends = [[int(i) for i in entry[1:]] for entry in penv.log if entry.startswith("S")]
     assert len(sends) == 6
     for ids in sends:
-        per_worker = [sum(host[i] == pid for i in ids) for pid in sorted(set(host))]
-        total = [host.count(pid) for pid in sorted(set(host))]
-        assert all(abs(2 * mine - all_of_it) <= 1 for mine, all_of_it in zip(per_worker, total, strict=True)), ids
+        for worker in workers:
+            in_half, hosted = sum(host[i] == worker for i in ids), host.count(worker)
+            assert abs(2 * in_half - hosted) <= 1, (ids, host)
 
 
 def test_a_bad_action_in_overlapped_collection_names_the_envs_the_policy_acted_for(make_penv):
@@ -243,6 +247,13 @@ def test_a_bad_action_in_overlapped_collection_names_the_envs_the_policy_acted_f
         worker.collect(2)
     with pytest.raises(NoPendingCallError):  # the first half's step, sent before, was received
         worker.penv.recv()
+
+
+def test_a_bad_action_names_the_first_few_of_many_envs(no_leaks):
+    with ParallelEnv(counting_envs([5] * 20), para_mode="dummy") as penv:
+        worker = VecWorker(penv, lambda obs: np.where(obs[:, 0] == 19, 7, 0), seed=0, overlap=True)
+        with pytest.raises(ValueError, match=r"called on envs \[1, 3, 5, 7, 9, 11, \.\.\. \(10 envs\)\]\)$"):
+            worker.collect(1)
 
 
 def test_overlap_refuses_a_parallel_env_that_returns_tensors(no_leaks):
