@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import cloudpickle
 import gymnasium as gym
 import numpy as np
 
@@ -71,6 +72,20 @@ def _source_list(envs: Any) -> list[EnvSource]:
         raise TypeError(f"envs must be a non-empty list of gym.Env instances or factories of them, not "
                         f"{type(envs).__name__}")
     return list(envs)
+
+
+def pickle_sources(sources: Sequence[EnvSource]) -> list[bytes]:
+    """cloudpickle each env or factory, naming the first that cannot be sent to a worker."""
+    payloads = []
+    for env_id, source in enumerate(sources):
+        try:
+            payloads.append(cloudpickle.dumps(source))
+        except Exception as exc:
+            raise TypeError(
+                f"env {env_id} ({source!r}) cannot be pickled to send it to a worker process: "
+                f"{type(exc).__name__}: {exc}. Pass a factory that builds the env in the worker."
+            ) from exc
+    return payloads
 
 
 def make_envs(sources: Sequence[EnvSource], first_id: int) -> list[gym.Env] | Failure:

@@ -21,10 +21,9 @@ import numpy as np
 from parallelenv.backends import ray_cluster, wire
 from parallelenv.backends.base import BackendConfig
 from parallelenv.backends.buffers import Buffers
-from parallelenv.backends.env_host import EnvSource, SpaceMismatch, common_spaces, env_list
+from parallelenv.backends.env_host import EnvSource, SpaceMismatch, common_spaces, env_list, pickle_sources
 from parallelenv.backends.group_host import GroupHost, Lost, Rows
 from parallelenv.backends.groups import Groups
-from parallelenv.backends.subproc import pickle_sources
 from parallelenv.batching import put, take, zeros
 from parallelenv.calls import Call, Done, Failure, Reply, Step, method_name
 from parallelenv.errors import WorkerDiedError

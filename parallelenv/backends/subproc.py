@@ -16,104 +16,29 @@ from __future__ import annotations
 
 import contextlib
 import math
-import multiprocessing as mp
-import os
 import pickle
 import select
 import signal
-import sys
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-import cloudpickle
-
 from parallelenv.backends import wire
 from parallelenv.backends.base import BackendConfig, available_cpus
 from parallelenv.backends.countdown import Countdown
-from parallelenv.backends.env_host import EnvSource, common_spaces, env_list
+from parallelenv.backends.env_host import EnvSource, common_spaces, env_list, pickle_sources
 from parallelenv.backends.groups import Groups
 from parallelenv.backends.shm import SharedBuffers
+from parallelenv.backends.spawning import main_module_not_rerun, single_threaded_numerics, start_context
 from parallelenv.backends.worker import CLOSE, LINGER_S, Attach, Ready, worker_main
 from parallelenv.calls import Call, Done, Failure, Reply, Step
 from parallelenv.errors import WorkerDiedError
 
 CLOSE_GRACE_S = 5.0
-
-
-def default_start_method() -> str:
-    # forkserver: as safe as spawn (never forks a parent that runs threads, as
-    # Ray or torch do) and nearly as fast as fork, since the server preloads
-    # numpy and gymnasium once and forks each worker from that state.
-    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-
-
-def _context(start_method: str | None) -> Any:
-    method = start_method or default_start_method()
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(["parallelenv.backends.worker"])
-    return ctx
-
-
-@contextlib.contextmanager
-def _main_module_not_rerun() -> Iterator[None]:
-    """Start processes without making them re-run the caller's script.
-
-    spawn and forkserver children import ``__main__`` from its path so that
-    pickles can refer to it. Ours never do: env factories travel by
-    cloudpickle, which sends ``__main__`` objects by value. Without this, a
-    script that builds a ParallelEnv at top level, without the
-    ``if __name__ == "__main__"`` guard, would start workers that start workers.
-    """
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if main is None or path is None or getattr(main.__spec__, "name", None) is not None:
-        yield
-        return
-    del main.__file__
-    try:
-        yield
-    finally:
-        main.__file__ = path
-
-
-@contextlib.contextmanager
-def _single_threaded_numerics() -> Iterator[None]:
-    """Start workers with one BLAS/OpenMP thread each, unless the user chose otherwise.
-
-    There is already one worker per core; a multi-threaded BLAS in each would
-    oversubscribe the cores and spin threads the envs need. This takes effect
-    when the worker (or the forkserver, the first time) starts its numpy.
-    """
-    added = [name for name in _THREAD_VARIABLES if name not in os.environ]
-    os.environ.update({name: "1" for name in added})
-    try:
-        yield
-    finally:
-        for name in added:
-            os.environ.pop(name, None)
-
-
-_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def pickle_sources(sources: Sequence[EnvSource]) -> list[bytes]:
-    """cloudpickle each env or factory, naming the first that cannot be sent to a worker."""
-    payloads = []
-    for env_id, source in enumerate(sources):
-        try:
-            payloads.append(cloudpickle.dumps(source))
-        except Exception as exc:
-            raise TypeError(
-                f"env {env_id} ({source!r}) cannot be pickled to send it to a worker process: "
-                f"{type(exc).__name__}: {exc}. Pass a factory that builds the env in the worker."
-            ) from exc
-    return payloads
 
 
 @dataclass
@@ -188,7 +113,7 @@ class SubprocBackend:
         self._unreported: list[_Worker] = []
         # Replies read in the collect that found a worker dead, handed over by the next one.
         self._carried: list[Reply] = []
-        ctx = _context(start_method)
+        ctx = start_context(start_method)
         self._countdown = Countdown(ctx, num_workers)
         # Counted steps pay where every worker has a core to compute on: there a
         # wake-up of the parent lands on a core an env is using. With more workers
@@ -260,7 +185,7 @@ class SubprocBackend:
             name=f"parallelenv-worker-{env_ids[0]}-{env_ids[-1]}",
             daemon=True,
         )
-        with _main_module_not_rerun(), _single_threaded_numerics():
+        with main_module_not_rerun(), single_threaded_numerics():
             process.start()
         child_conn.close()
         return _Worker(process, parent_conn, env_ids)
