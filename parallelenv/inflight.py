@@ -38,6 +38,10 @@ class Received:
     infos: dict[int, dict[str, Any]]  # per env, the non-empty infos
     batched_info: dict[str, Any] | None  # a vector info over the envs handed over, from batched hosts
     none_result: Any  # mask over them of None results (None: the policy gives none)
+    # Under "restart", with Buffers.ended: mask over them of the envs reset because their episode
+    # ended, and those episodes' last obs in the mask's order; None when no episode ended.
+    ended: np.ndarray | None = None
+    ended_obs: np.ndarray | None = None
 
 
 class InFlight(ResumesRebuiltEnvs):
@@ -298,7 +302,14 @@ class InFlight(ResumesRebuiltEnvs):
             infos = {i: self.infos.pop(i) for i in ids.tolist() if i in self.infos} if self.infos else {}
             self.num_ready -= int((self.state[rows] == READY).sum())
             self.state[rows] = IDLE
-        return Received(infos, self._take_batched_infos(selection), none_result)
+        received = Received(infos, self._take_batched_infos(selection), none_result)
+        ended = self.backend.buffers.ended
+        if ended is not None:
+            mask = ended[rows]
+            if np.count_nonzero(mask):  # a third of the cost of mask.any() on a few envs
+                received.ended = mask.copy()
+                received.ended_obs = self.backend.buffers.ended_obs[selection.ids[mask]]
+        return received
 
     def _take_batched_infos(self, selection: Selection) -> dict[str, Any] | None:
         """The vector info of the envs of ``selection`` out of the batched replies that hold them."""

@@ -138,6 +138,8 @@ class ResumesRebuiltEnvs:
         buffers.reward[answered] = 0.0
         buffers.terminated[answered] = False
         buffers.truncated[answered] = True
+        if buffers.ended is not None:  # the row of the episode the failure ended holds no last obs
+            buffers.ended[answered] = False
         values = {}
         for env_id in env_ids:
             failure, key = self._standins.pop(env_id)

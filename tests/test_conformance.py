@@ -152,6 +152,24 @@ def test_restart_resets_in_the_same_step(make_penv, terminate):
     assert per_env[1][4]["reset"] is True and per_env[1][4]["ended_state"][1] == 3
 
 
+def test_restart_reports_an_ended_episode_only_in_the_step_that_ended_it(make_penv):
+    penv = make_penv(counting_envs([2, 5, 2]), asynchronous="restart")
+    penv.reset(seed=0)
+    penv.step([1, 1, 1])
+    penv.send([2, 2], id=[0, 1])  # env 0's episode ends; env 2 waits
+    _, _, terminated, _, info = penv.recv()
+    assert terminated.tolist() == [True, False] and info["_ended_state"].tolist() == [True, False]
+    _, _, terminated, _, info = penv.step([3, 3], id=[1, 0])  # env 0 is in its new episode
+    assert terminated.tolist() == [False, False] and "ended_state" not in info and "reset" not in info
+    penv.send([4], id=[2])
+    penv.send([4], id=[0])  # env 0 ends its second episode, env 2 its first
+    per_env = penv.recv(align="batch")
+    assert [result[4]["ended_state"][:2].tolist() for result in per_env] == [[2, 2], [0, 2]]  # tag, last count
+    assert [result[4]["reset"] for result in per_env] == [True, True]
+    _, _, terminated, _, info = penv.step([0, 0, 0])
+    assert terminated.tolist() == [False, False, False] and "ended_state" not in info
+
+
 @pytest.mark.parametrize("copy", [True, False])
 def test_copy_false_lends_the_result_buffers_that_the_next_step_rewrites(make_penv, backend, copy):
     penv = make_penv(counting_envs([9, 9]), asynchronous="continue", copy=copy)

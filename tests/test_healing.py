@@ -88,7 +88,11 @@ def soak(para_mode: str, num_steps: int, num_faults: int, call_timeout: float, *
             flags = info.get("_worker_restarted", np.zeros(num_envs, bool)) | info.get("_env_restarted",
                                                                                      np.zeros(num_envs, bool))
             assert set(np.flatnonzero(flags).tolist()) == restarted, (t, fault)
+            # A rebuilt env's step ended no episode of its own: no last obs, whatever its row held before.
+            ended = info.get("_ended_state", np.zeros(num_envs, bool))
+            ref_ended = ref[4].get("_ended_state", np.zeros(num_envs, bool))
             for e in range(num_envs):
+                assert ended[e] == (terminated[e] if rebuilt_ever[e] or e in restarted else ref_ended[e]), (t, e)
                 if e in restarted:
                     assert truncated[e] and not terminated[e] and reward[e] == 0, (t, e)
                     assert obs[e][0] == e and obs[e][1] == 0, (t, e, obs[e])

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from gymnasium import spaces
 
-from parallelenv.batching import Allocator, Batched, allocate, private_parts
+from parallelenv.batching import Allocator, Batched, allocate, is_per_env_objects, private_parts
 
 
 @dataclass
@@ -25,6 +25,15 @@ class Buffers:
     reward: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
+    #: Under ``asynchronous="restart"``, for observations that are one array of
+    #: fixed-shape rows: per env, whether its last step ended an episode and
+    #: reset it, and that episode's last obs. The host writes them with the
+    #: step's other results, so the front builds ``info["ended_state"]`` in a
+    #: few array operations rather than merging one info per env, and a worker
+    #: whose envs restarted still answers without pickling anything. None
+    #: otherwise: ended episodes' last obs then travel in the envs' infos.
+    ended: np.ndarray | None = None
+    ended_obs: Batched | None = None
     #: Results of a call on every env are these arrays themselves, lent to the
     #: caller until the next call rewrites them, rather than copies.
     lent: bool = False
@@ -40,12 +49,24 @@ class Buffers:
 
     @classmethod
     def allocate(
-        cls, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, alloc: Allocator
+        cls, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, alloc: Allocator,
+        restarts: bool = False,
     ) -> Buffers:
-        return cls(
-            obs=allocate(obs_space, num_envs, alloc),
+        """The buffers of ``num_envs`` envs; ``restarts``: with the rows of ended episodes, where they fit."""
+        obs = allocate(obs_space, num_envs, alloc)
+        buffers = cls(
+            obs=obs,
             actions=allocate(action_space, num_envs, alloc),
             reward=alloc((num_envs,), np.dtype(np.float64)),
             terminated=alloc((num_envs,), np.dtype(np.bool_)),
             truncated=alloc((num_envs,), np.dtype(np.bool_)),
         )
+        if restarts and has_fixed_rows(obs):
+            buffers.ended = alloc((num_envs,), np.dtype(np.bool_))
+            buffers.ended_obs = allocate(obs_space, num_envs, alloc)
+        return buffers
+
+
+def has_fixed_rows(batched: Batched) -> bool:
+    """Whether ``batched`` is one array of fixed-shape rows (not a dict, a tuple, or objects)."""
+    return isinstance(batched, np.ndarray) and not is_per_env_objects(batched)

@@ -34,7 +34,9 @@ class DummyBackend(RunsInCaller):
         self._group = EnvGroup(envs, first_id=0, restart=config.policy.restarts_finished_envs)
         try:
             obs_space, action_space = common_spaces(self._group.spaces())
-            self.buffers = Buffers.allocate(obs_space, action_space, len(envs), zeros)
+            self.buffers = Buffers.allocate(
+                obs_space, action_space, len(envs), zeros, config.policy.restarts_finished_envs
+            )
         except Exception:
             self._group.close()
             raise

@@ -287,6 +287,7 @@ class EnvGroup:
         obs = buffers.obs
         self._obs_in_rows = isinstance(obs, np.ndarray) and not is_per_env_objects(obs)
         self._small_obs = self._obs_in_rows and obs[0].nbytes <= ROW_BY_ROW_BYTES
+        self._ended = buffers.ended if self.restart else None
 
     def run(self, call: Call) -> Reply:
         return self._handlers[type(call)](call)
@@ -322,6 +323,8 @@ class EnvGroup:
         results = []
         failures: list[Failure] = []
         restart = self.restart
+        if self._ended is not None:
+            self._ended[rows] = False  # until an env's episode ends, below
         for env_id, env, action in zip(ids, envs, actions, strict=True):
             try:
                 result = env.step(action)
@@ -330,7 +333,10 @@ class EnvGroup:
                 continue
             if restart and (result[2] or result[3]):
                 try:
-                    result = _restarted(env, result)
+                    if self._ended is None:
+                        result = _restarted(env, result)
+                    else:
+                        result = self._restarted_into_buffers(env_id, env, result)
                 except Exception as exc:
                     failures.append(Failure.from_exception(env_id, "reset", exc))
                     continue
@@ -346,6 +352,17 @@ class EnvGroup:
         else:
             values = {}
         return Done(Step, call.env_ids, values, tuple(failures))
+
+    def _restarted_into_buffers(self, env_id: int, env: gym.Env, result: tuple) -> tuple:
+        """As :func:`_restarted`, with the ended episode's last obs written into its row of ``buffers.ended_obs``
+        (a copy: the env may reuse its obs array) and flagged in ``buffers.ended``, rather than put in the info."""
+        obs, reward, terminated, truncated, info = result
+        self.buffers.ended_obs[env_id] = obs
+        new_obs, reset_info = env.reset()
+        self._ended[env_id] = True
+        if reset_info:
+            info = {**info, "reset_info": reset_info}
+        return new_obs, reward, terminated, truncated, info
 
     def _store(
         self,

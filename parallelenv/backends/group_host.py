@@ -47,6 +47,10 @@ class Rows:
     reward: np.ndarray | None = None
     terminated: np.ndarray | None = None
     truncated: np.ndarray | None = None
+    # Under "restart" (see Buffers.ended): which envs' episodes ended, and their last obs, in that
+    # mask's order; None when none did.
+    ended: np.ndarray | None = None
+    ended_obs: np.ndarray | None = None
 
 
 class GroupHost:
@@ -157,4 +161,9 @@ def _rows(backend: Backend, rows: np.ndarray, with_step: bool) -> Rows:
     buffers = backend.buffers
     if not with_step:
         return Rows(take(buffers.obs, rows))
-    return Rows(take(buffers.obs, rows), buffers.reward[rows], buffers.terminated[rows], buffers.truncated[rows])
+    ended = ended_obs = None
+    if buffers.ended is not None and np.count_nonzero(buffers.ended[rows]):
+        ended = buffers.ended[rows]
+        ended_obs = buffers.ended_obs[rows[ended]]
+    return Rows(take(buffers.obs, rows), buffers.reward[rows], buffers.terminated[rows], buffers.truncated[rows],
+                ended, ended_obs)

@@ -78,6 +78,7 @@ class RayBackend:
         # Replies read in the collect that found an actor dead, handed over by the next one.
         self._carried: list[Reply] = []
         self._closed = False
+        self._restarts = config.policy.restarts_finished_envs
         try:
             cpus = config.num_cpus if config.num_cpus is not None else self._ray.cluster_resources().get("CPU", 1)
             if num_actors is None:
@@ -115,7 +116,9 @@ class RayBackend:
     def _start(self, timeout: float | None) -> None:
         per_env = self._started(self._actors, timeout)
         self.single_observation_space, self.single_action_space = common_spaces(per_env)
-        self.buffers = Buffers.allocate(self.single_observation_space, self.single_action_space, self.num_envs, zeros)
+        self.buffers = Buffers.allocate(
+            self.single_observation_space, self.single_action_space, self.num_envs, zeros, self._restarts
+        )
 
     def _started(self, actors: list[_Actor], timeout: float | None) -> list[tuple[Any, Any]]:
         """Wait for ``actors`` to build their envs; each env's spaces, in env order."""
@@ -254,11 +257,18 @@ class RayBackend:
             return Done(type(pending.call), pending.call.env_ids, {}, failures)
 
     def _store(self, ids: np.ndarray, rows: Rows) -> None:
-        put(self.buffers.obs, ids, rows.obs)
+        buffers = self.buffers
+        put(buffers.obs, ids, rows.obs)
         if rows.reward is not None:
-            self.buffers.reward[ids] = rows.reward
-            self.buffers.terminated[ids] = rows.terminated
-            self.buffers.truncated[ids] = rows.truncated
+            buffers.reward[ids] = rows.reward
+            buffers.terminated[ids] = rows.terminated
+            buffers.truncated[ids] = rows.truncated
+            if buffers.ended is not None:
+                if rows.ended is None:  # no episode ended
+                    buffers.ended[ids] = False
+                else:
+                    buffers.ended[ids] = rows.ended
+                    buffers.ended_obs[ids[rows.ended]] = rows.ended_obs
 
     def env_pids(self) -> list[int]:
         """Per env, its process: its actor (``ray``) or a worker process under the actor (``ray-subproc``).

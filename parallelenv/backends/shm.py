@@ -23,9 +23,11 @@ from parallelenv.batching import BufferLayout
 NAME_PREFIX = "penv_"
 
 
-def _layout(obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, buffer: object) -> tuple[Buffers, int]:
+def _layout(
+    obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, restarts: bool, buffer: object
+) -> tuple[Buffers, int]:
     layout = BufferLayout(buffer)
-    buffers = Buffers.allocate(obs_space, action_space, num_envs, layout)
+    buffers = Buffers.allocate(obs_space, action_space, num_envs, layout, restarts)
     return buffers, layout.size
 
 
@@ -38,21 +40,25 @@ class SharedBuffers:
         self._owner = owner
 
     @classmethod
-    def create(cls, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int) -> SharedBuffers:
-        _, size = _layout(obs_space, action_space, num_envs, None)
+    def create(
+        cls, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, restarts: bool
+    ) -> SharedBuffers:
+        _, size = _layout(obs_space, action_space, num_envs, restarts, None)
         name = f"{NAME_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}"
         segment = shared_memory.SharedMemory(name=name, create=True, size=max(size, 1))
-        buffers, _ = _layout(obs_space, action_space, num_envs, segment.buf)
+        buffers, _ = _layout(obs_space, action_space, num_envs, restarts, segment.buf)
         return cls(segment, buffers, owner=True)
 
     @classmethod
-    def attach(cls, name: str, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int) -> SharedBuffers:
+    def attach(
+        cls, name: str, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, restarts: bool
+    ) -> SharedBuffers:
         if sys.version_info >= (3, 13):
             # The creator owns the segment; a worker's tracker must not unlink it.
             segment = shared_memory.SharedMemory(name=name, track=False)
         else:
             segment = shared_memory.SharedMemory(name=name)
-        buffers, _ = _layout(obs_space, action_space, num_envs, segment.buf)
+        buffers, _ = _layout(obs_space, action_space, num_envs, restarts, segment.buf)
         return cls(segment, buffers, owner=False)
 
     @property

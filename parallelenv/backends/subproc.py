@@ -201,9 +201,10 @@ class SubprocBackend:
         per_env = [pair for w in self._workers for pair in self._await(w, deadline, "build its envs").spaces]
         obs_space, action_space = common_spaces(per_env)
         self.single_observation_space, self.single_action_space = obs_space, action_space
-        self._shared = SharedBuffers.create(obs_space, action_space, self.num_envs)
+        restarts = self._restart_with[2].policy.restarts_finished_envs
+        self._shared = SharedBuffers.create(obs_space, action_space, self.num_envs, restarts)
         self.buffers = self._shared.buffers
-        self._attach = wire.encode(Attach(self._shared.name, obs_space, action_space, self.num_envs))
+        self._attach = wire.encode(Attach(self._shared.name, obs_space, action_space, self.num_envs, restarts))
         for worker in self._workers:
             worker.conn.send_bytes(self._attach)
         for worker in self._workers:

@@ -41,6 +41,7 @@ class Attach:
     observation_space: spaces.Space
     action_space: spaces.Space
     num_envs: int
+    restarts: bool  # the buffers hold the rows of ended episodes (see Buffers.allocate)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,9 @@ def worker_main(
         attach = pickle.loads(conn.recv_bytes())
         if isinstance(attach, Close):
             return
-        shared = SharedBuffers.attach(attach.segment_name, attach.observation_space, attach.action_space, attach.num_envs)
+        shared = SharedBuffers.attach(
+            attach.segment_name, attach.observation_space, attach.action_space, attach.num_envs, attach.restarts
+        )
         assert shared.buffers is not None
         group.attach(shared.buffers)
         # The envs and imports live as long as the process: keep the collector from re-scanning them.
