@@ -18,7 +18,7 @@ import numpy as np
 
 from parallelenv.array_kinds import NumpyArrays, Selection, array_kind
 from parallelenv.arrays import concatenate
-from parallelenv.backends.base import Backend
+from parallelenv.backends.base import Backend, RunsInCaller
 from parallelenv.batching import take
 from parallelenv.calls import Call, Failure, Reply, Reset, Step
 from parallelenv.env_states import IDLE, PENDING, READY, EnvState
@@ -39,9 +39,9 @@ class Received:
     batched_info: dict[str, Any] | None  # a vector info over the envs handed over, from batched hosts
     none_result: Any  # mask over them of None results (None: the policy gives none)
     # Under "restart", with Buffers.ended: mask over them of the envs reset because their episode
-    # ended, and those episodes' last obs in the mask's order; None when no episode ended.
+    # ended, and a row each with those episodes' last obs (zeros elsewhere); None when none ended.
     ended: np.ndarray | None = None
-    ended_obs: np.ndarray | None = None
+    ended_state: np.ndarray | None = None
 
 
 class InFlight(ResumesRebuiltEnvs):
@@ -58,9 +58,12 @@ class InFlight(ResumesRebuiltEnvs):
         n = self.num_envs = backend.num_envs
         self._start_resuming(healing, sources)
         self.backend = backend
+        # A backend that runs each call in the caller's thread has nothing to wait for.
+        self._answers_in_dispatch = isinstance(backend, RunsInCaller)
         self.policy = policy
         self.call_timeout = call_timeout
         self.arrays: NumpyArrays = array_kind(backend.buffers, backend.single_action_space)
+        self._ended, self._ended_obs = backend.buffers.ended, backend.buffers.ended_obs
         self.everyone = Selection.of(np.arange(n), n)
         self._step_everyone = Step(self.everyone.env_ids)
         self.state = np.zeros(n, dtype=np.int8)
@@ -214,6 +217,12 @@ class InFlight(ResumesRebuiltEnvs):
         while not satisfied() and (drain or not self.failures):
             if self.num_pending == 0:
                 return
+            if self._answers_in_dispatch:  # every call ran when dispatched: its replies are there
+                replies = self.backend.collect(0.0)
+                if replies:
+                    for reply in replies:
+                        self._absorb(reply)
+                    continue
             try:
                 replies = self._block_for_replies(deadline, wanted)
             except WorkerDiedError as died:
@@ -303,13 +312,25 @@ class InFlight(ResumesRebuiltEnvs):
             self.num_ready -= int((self.state[rows] == READY).sum())
             self.state[rows] = IDLE
         received = Received(infos, self._take_batched_infos(selection), none_result)
-        ended = self.backend.buffers.ended
+        ended = self._ended
         if ended is not None:
             mask = ended[rows]
             if np.count_nonzero(mask):  # a third of the cost of mask.any() on a few envs
-                received.ended = mask.copy()
-                received.ended_obs = self.backend.buffers.ended_obs[selection.ids[mask]]
+                received.ended, received.ended_state = mask.copy(), self._ended_states(mask, selection)
         return received
+
+    def _ended_states(self, mask: np.ndarray, selection: Selection) -> np.ndarray:
+        """The ended episodes' last obs of the envs ``mask`` picks out of ``selection``, zeros elsewhere.
+
+        Row by row: few episodes end in a step, and NumPy's boolean and fancy
+        indexing cost several times a row's copy on small observations.
+        """
+        source = self._ended_obs
+        states = np.zeros((len(mask), *source.shape[1:]), dtype=source.dtype)
+        rows = None if selection.everyone else selection.ids
+        for position in mask.nonzero()[0].tolist():
+            states[position] = source[position if rows is None else rows[position]]
+        return states
 
     def _take_batched_infos(self, selection: Selection) -> dict[str, Any] | None:
         """The vector info of the envs of ``selection`` out of the batched replies that hold them."""

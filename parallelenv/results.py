@@ -35,7 +35,9 @@ def item_results(
     if received.batched_info is not None:
         info.update(received.batched_info)
     if received.ended is not None:
-        _add_ended_states(info, received.ended, received.ended_obs)
+        ended = received.ended
+        info["ended_state"], info["_ended_state"] = received.ended_state, ended
+        info["reset"], info["_reset"] = ended.copy(), ended.copy()
     if env_ids is not None:
         info["env_id"], info["_env_id"] = env_ids.copy(), np.ones(n, dtype=bool)
     if step_arrays is None:
@@ -43,14 +45,6 @@ def item_results(
     if received.none_result is not None:
         arrays.fill_none_results(obs, step_arrays, info, received.none_result)
     return (obs, *step_arrays, info)
-
-
-def _add_ended_states(info: dict[str, Any], ended: np.ndarray, ended_obs: np.ndarray) -> None:
-    """``ended_state`` and ``reset`` with their masks, as merging each restarted env's info would set them."""
-    ended_state = np.zeros((len(ended), *ended_obs.shape[1:]), dtype=ended_obs.dtype)
-    ended_state[ended] = ended_obs
-    info["ended_state"], info["_ended_state"] = ended_state, ended
-    info["reset"], info["_reset"] = ended.copy(), ended.copy()
 
 
 def _by_position(ids: np.ndarray, infos: dict[int, dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
@@ -90,15 +84,13 @@ def batch_results(
     if step_arrays is not None:
         reward, terminated, truncated = (arrays.to_list(a) for a in step_arrays)
     none_result = [False] * len(ids) if received.none_result is None else arrays.to_list(received.none_result)
-    ended_states = {}
-    if received.ended is not None:
-        ended_states = dict(zip(np.flatnonzero(received.ended).tolist(), received.ended_obs, strict=True))
+    ended = [False] * len(ids) if received.ended is None else received.ended.tolist()
     for p, i in enumerate(ids.tolist()):
         info = received.infos.get(i, {})
         if received.batched_info is not None:
             info = {**info, **env_info(received.batched_info, p)}
-        if p in ended_states:
-            info = {**info, "ended_state": ended_states[p], "reset": True}
+        if ended[p]:
+            info = {**info, "ended_state": received.ended_state[p], "reset": True}
         if env_ids is not None:
             info = {**info, "env_id": i}
         if step_arrays is None:

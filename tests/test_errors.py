@@ -601,6 +601,19 @@ def test_env_warnings_reach_the_caller_with_no_warning_false_in_dummy(no_leaks):
             penv.step([0, 0])
 
 
+def test_silencing_env_warnings_leaves_the_callers_filters_as_they_were(no_leaks):
+    with ParallelEnv([lambda i=i: WarningEnv(i) for i in range(2)], para_mode="dummy") as penv:
+        penv.reset(seed=0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            before = list(warnings.filters)
+            penv.step([0, 0])
+            penv.step([0, 0])
+            assert warnings.filters == before
+            warnings.warn("the caller's own", UserWarning, stacklevel=1)
+        assert [str(w.message) for w in caught] == ["the caller's own"]
+
+
 def test_public_error_classes_form_one_hierarchy():
     for name in ("EnvError", "WorkerDiedError", "WorkerTimeoutError", "ClosedError"):
         assert issubclass(getattr(parallelenv, name), ParallelEnvError)

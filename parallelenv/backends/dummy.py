@@ -26,7 +26,7 @@ class DummyBackend(RunsInCaller):
         unknown_options("dummy", options)
         if config.rebuilds_envs:
             refuse_instances_to_rebuild(sources)
-        self._no_warning = config.no_warning
+        self._silenced = silenced(config.no_warning)  # entered again around every call
         with silenced(config.no_warning):
             envs = make_envs(sources, first_id=0)
         if isinstance(envs, Failure):
@@ -47,10 +47,7 @@ class DummyBackend(RunsInCaller):
         self._replies: list[Reply] = []
 
     def dispatch(self, call: Call) -> None:
-        if self._no_warning:
-            with silenced(True):
-                self._replies.append(self._group.run(call))
-        else:
+        with self._silenced:
             self._replies.append(self._group.run(call))
 
     def close(self) -> None:
