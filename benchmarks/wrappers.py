@@ -261,14 +261,15 @@ register("tensorenv-direct", IN_PROCESS, ours=True, requires=("parallelenv", "to
 class GymnasiumRunner(Runner):
     """Gymnasium 1.x vector envs with their default (next-step) autoreset."""
 
-    def __init__(self, factories: Sequence[EnvFactory], asynchronous: bool) -> None:
-        from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
+    def __init__(self, factories: Sequence[EnvFactory], asynchronous: bool, same_step: bool = False) -> None:
+        from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
         self.venv: Any
+        mode = AutoresetMode.SAME_STEP if same_step else AutoresetMode.NEXT_STEP
         if asynchronous:
-            self.venv = AsyncVectorEnv(list(factories), shared_memory=True)
+            self.venv = AsyncVectorEnv(list(factories), shared_memory=True, autoreset_mode=mode)
         else:
-            self.venv = SyncVectorEnv(list(factories))
+            self.venv = SyncVectorEnv(list(factories), autoreset_mode=mode)
 
     def reset(self, seed: int) -> None:
         self.venv.reset(seed=seed)
@@ -283,6 +284,13 @@ class GymnasiumRunner(Runner):
 register("gymnasium-sync", IN_PROCESS, requires=("gymnasium",),
          note="SyncVectorEnv; next-step autoreset (its default)")(
     functools.partial(GymnasiumRunner, asynchronous=False))
+# Our wrappers run asynchronous="restart": an env is reset in the step that
+# ends it, one more env call per episode than next-step autoreset makes (there
+# the reset takes the next step's place). This peer resets as ours do.
+register("gymnasium-sync-same-step", IN_PROCESS, requires=("gymnasium",), quick=False,
+         workloads=frozenset({"cartpole8", "cartpole64"}), baseline="gymnasium-sync",
+         note="SyncVectorEnv(autoreset_mode=SAME_STEP): resets in the step that ends an episode, as ours do")(
+    functools.partial(GymnasiumRunner, asynchronous=False, same_step=True))
 register("gymnasium-async", SUBPROCESS, requires=("gymnasium",),
          note="AsyncVectorEnv(shared_memory=True); next-step autoreset")(
     functools.partial(GymnasiumRunner, asynchronous=True))
