@@ -26,7 +26,7 @@ class Buffers:
     terminated: np.ndarray
     truncated: np.ndarray
     #: Under ``asynchronous="restart"``, for observations that are one array of
-    #: fixed-shape rows: per env, whether its last step ended an episode and
+    #: fixed-shape rows (up to ``ENDED_OBS_MAX_BYTES`` in all): per env, whether its last step ended an episode and
     #: reset it, and that episode's last obs. The host writes them with the
     #: step's other results, so the front builds ``info["ended_state"]`` in a
     #: few array operations rather than merging one info per env, and a worker
@@ -61,10 +61,21 @@ class Buffers:
             terminated=alloc((num_envs,), np.dtype(np.bool_)),
             truncated=alloc((num_envs,), np.dtype(np.bool_)),
         )
-        if restarts and has_fixed_rows(obs):
+        if restarts and has_fixed_rows(obs) and _rows_nbytes(obs_space, num_envs) <= ENDED_OBS_MAX_BYTES:
             buffers.ended = alloc((num_envs,), np.dtype(np.bool_))
             buffers.ended_obs = allocate(obs_space, num_envs, alloc)
         return buffers
+
+
+# The ended episodes' rows double the observations' share of the buffers
+# (shared memory for subproc, where a container's /dev/shm may hold 64 MiB):
+# above this size they travel in the infos, as for other spaces, which large
+# observations pay for only in the rare steps that end an episode.
+ENDED_OBS_MAX_BYTES = 8 * 2**20
+
+
+def _rows_nbytes(space: spaces.Space, num_envs: int) -> int:
+    return int(np.prod(space.shape or (), dtype=np.int64)) * np.dtype(space.dtype).itemsize * num_envs
 
 
 def has_fixed_rows(batched: Batched) -> bool:
