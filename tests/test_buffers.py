@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from parallelenv.backends.buffers import ENDED_OBS_MAX_BYTES, Buffers
+from parallelenv.backends.buffers import ENDED_ROW_MAX_BYTES, Buffers
 from parallelenv.batching import BufferLayout
 
 ACTIONS = spaces.Discrete(2)
@@ -29,11 +29,18 @@ def test_a_restarting_env_of_array_observations_gets_a_row_per_env_for_its_ended
     (spaces.Box(0, 1, (4,), np.float32), False),  # nothing restarts
     (spaces.Dict({"a": spaces.Discrete(2)}), True),  # not one array: ended obs travel in the infos
     (spaces.Text(5), True),  # no fixed shape
-    (spaces.Box(0, 255, (ENDED_OBS_MAX_BYTES // 2 + 1,), np.uint8), True),  # two envs' rows past the cap
+    (spaces.Box(0, 255, (ENDED_ROW_MAX_BYTES + 1,), np.uint8), True),  # rows past the cap
 ])
 def test_other_envs_get_no_rows_for_ended_episodes(obs_space, restarts):
     buffers = Buffers.allocate(obs_space, ACTIONS, 2, zeros, restarts=restarts)
     assert buffers.ended is None and buffers.ended_obs is None
+
+
+def test_whether_a_host_keeps_ended_rows_does_not_depend_on_its_number_of_envs():
+    """A Ray actor lays out buffers for its own envs, the caller for all: they must agree."""
+    obs_space = spaces.Box(0, 255, (ENDED_ROW_MAX_BYTES,), np.uint8)
+    for num_envs in (1, 256):  # 16 MiB of rows in all: no cap on the total either
+        assert Buffers.allocate(obs_space, ACTIONS, num_envs, zeros, restarts=True).ended is not None
 
 
 def test_the_layout_sizing_pass_and_the_laid_out_buffers_agree():

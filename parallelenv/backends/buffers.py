@@ -26,8 +26,8 @@ class Buffers:
     terminated: np.ndarray
     truncated: np.ndarray
     #: Under ``asynchronous="restart"``, for observations that are one array of
-    #: fixed-shape rows (up to ``ENDED_OBS_MAX_BYTES`` in all): per env, whether its last step ended an episode and
-    #: reset it, and that episode's last obs. The host writes them with the
+    #: fixed-shape rows of up to ``ENDED_ROW_MAX_BYTES``: per env, whether its
+    #: last step ended an episode and reset it, and that episode's last obs. The host writes them with the
     #: step's other results, so the front builds ``info["ended_state"]`` in a
     #: few array operations rather than merging one info per env, and a worker
     #: whose envs restarted still answers without pickling anything. None
@@ -61,21 +61,23 @@ class Buffers:
             terminated=alloc((num_envs,), np.dtype(np.bool_)),
             truncated=alloc((num_envs,), np.dtype(np.bool_)),
         )
-        if restarts and has_fixed_rows(obs) and _rows_nbytes(obs_space, num_envs) <= ENDED_OBS_MAX_BYTES:
+        if restarts and has_fixed_rows(obs) and _row_nbytes(obs_space) <= ENDED_ROW_MAX_BYTES:
             buffers.ended = alloc((num_envs,), np.dtype(np.bool_))
             buffers.ended_obs = allocate(obs_space, num_envs, alloc)
         return buffers
 
 
 # The ended episodes' rows double the observations' share of the buffers
-# (shared memory for subproc, where a container's /dev/shm may hold 64 MiB):
-# above this size they travel in the infos, as for other spaces, which large
-# observations pay for only in the rare steps that end an episode.
-ENDED_OBS_MAX_BYTES = 8 * 2**20
+# (shared memory for subproc, where a container's /dev/shm may hold 64 MiB).
+# Observations larger than this (an Atari frame stack is 28 KiB) report ended
+# episodes in the infos, as other spaces do: they pay a pickle only in the
+# rare steps that end an episode. The rule reads the space alone, so a Ray
+# actor's buffers, whatever its number of envs, agree with the caller's.
+ENDED_ROW_MAX_BYTES = 64 * 2**10
 
 
-def _rows_nbytes(space: spaces.Space, num_envs: int) -> int:
-    return int(np.prod(space.shape or (), dtype=np.int64)) * np.dtype(space.dtype).itemsize * num_envs
+def _row_nbytes(space: spaces.Space) -> int:
+    return int(np.prod(space.shape or (), dtype=np.int64)) * np.dtype(space.dtype).itemsize
 
 
 def has_fixed_rows(batched: Batched) -> bool:
