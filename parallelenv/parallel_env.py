@@ -325,7 +325,12 @@ class ParallelEnv:
         if align != "item":
             arguments.check_align(align)
         calls = self._calls
-        self._send(actions, selection)
+        if selection.everyone and calls.steps_at_once():
+            received = calls.step_at_once(actions if self._to_torch is None else self._to_torch.actions(actions))
+            if received is not None:
+                return self._take_results(selection, align, with_env_id=False, received=received)
+        else:
+            self._send(actions, selection)
         calls.wait(calls.answered(selection), None, drain=True, wanted=selection.count)
         if calls.failures:
             self._raise_env_error(selection, align)
@@ -495,15 +500,18 @@ class ParallelEnv:
         results = self._take_results(answered, align, with_env_id=True) if len(answered) else None
         raise env_error(failures, results)
 
-    def _take_results(self, selection: Selection, align: str, with_env_id: bool) -> Any:
-        """The results of the READY envs of ``selection`` out of the buffers; they become IDLE."""
+    def _take_results(self, selection: Selection, align: str, with_env_id: bool,
+                      received: Received | None = None) -> Any:
+        """The results of the READY envs of ``selection`` out of the buffers; they become IDLE.
+        (``received``: what a step handed over at once already holds, see InFlight.step_at_once.)"""
         calls, buffers = self._calls, self._backend.buffers
         arrays = calls.arrays
         # None results are written into the results: they must be the caller's own.
         lend = buffers.lent and not self._policy.tracks_finished
         obs, reward, terminated, truncated = arrays.step_results(buffers, selection, lend)
         step_arrays = (reward, terminated, truncated)
-        received = calls.receive(selection)
+        if received is None:
+            received = calls.receive(selection)
         env_ids = selection.ids if with_env_id else None
         assemble = batch_results if align == "batch" else item_results
         results = assemble(obs, step_arrays, selection.ids, received, arrays, env_ids=env_ids)

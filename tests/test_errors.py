@@ -143,17 +143,21 @@ def test_env_raising_in_step_gives_env_error_with_its_fields(make_penv):
 
 
 @pytest.mark.every_backend
-def test_env_error_in_step_leaves_the_penv_usable(make_penv):
+@pytest.mark.parametrize("asynchronous", [None, "continue"])  # "continue": a step the caller's backend answers at once
+def test_env_error_in_step_leaves_the_penv_usable(make_penv, backend, asynchronous):
     # Env 0's worker answers well after env 2's failure: its reply must not be
     # mistaken for the answer to a later call.
     penv = make_penv(
-        [lambda: DelayEnv(0, delay=0.2), counting(1, 100), lambda: FaultyEnv(2, at_step=2), counting(3, 100)]
+        [lambda: DelayEnv(0, delay=0.2), counting(1, 100), lambda: FaultyEnv(2, at_step=2), counting(3, 100)],
+        asynchronous=asynchronous,
     )
     penv.reset(seed=0)
     penv.step([1, 1, 1, 1])
     with pytest.raises(EnvError) as caught:
         penv.step([1, 1, 1, 1])
     assert caught.value.env_index == 2
+    if backend != "tensor":  # its batched env's exception is the whole batch's: no other results
+        assert caught.value.results[4]["env_id"].tolist() == [0, 1, 3]  # the others' results of that step
     penv.set_env_attr("at_step", -1, id=[2])  # disarm the faulty env
     obs, info = penv.reset(seed=1)
     np.testing.assert_array_equal(obs[:, 0], [0, 1, 2, 3])
