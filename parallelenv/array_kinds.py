@@ -89,12 +89,14 @@ class NumpyArrays:
             return batched if lend else take(batched, None)
         return take(batched, selection.ids)
 
-    def step_results(self, buffers: Any, selection: Selection, lend: bool) -> tuple[Any, Any, Any, Any]:
-        """Obs, reward, terminated and truncated of ``selection``, as :meth:`take` gives them."""
+    def step_results(self, buffers: Any, selection: Selection, lend: bool,
+                     obs: Any = None) -> tuple[Any, Any, Any, Any]:
+        """Obs, reward, terminated and truncated of ``selection``, as :meth:`take` gives them
+        (``obs``: the observations, already the caller's)."""
         if selection.everyone and lend:
             return buffers.obs, buffers.reward, buffers.terminated, buffers.truncated
         rows = selection.rows
-        return (self.take(buffers.obs, selection, lend), buffers.reward[rows].copy(),
+        return (self.take(buffers.obs, selection, lend) if obs is None else obs, buffers.reward[rows].copy(),
                 buffers.terminated[rows].copy(), buffers.truncated[rows].copy())
 
     def to_list(self, array: Any) -> list[Any]:
@@ -184,7 +186,8 @@ class TorchArrays(NumpyArrays):
             return batched if lend else batched.clone()
         return batched[self._index(selection.ids)]
 
-    def step_results(self, buffers: Any, selection: Selection, lend: bool) -> tuple[Any, Any, Any, Any]:
+    def step_results(self, buffers: Any, selection: Selection, lend: bool,
+                     obs: Any = None) -> tuple[Any, Any, Any, Any]:
         if selection.everyone:
             if lend:
                 return buffers.obs, buffers.reward, buffers.terminated, buffers.truncated

@@ -42,6 +42,8 @@ class Received:
     # ended, and a row each with those episodes' last obs (zeros elsewhere); None when none ended.
     ended: np.ndarray | None = None
     ended_state: np.ndarray | None = None
+    # A step of every env's observations, handed over by the buffers (Buffers.renewed_obs); None: in the buffers.
+    obs: np.ndarray | None = None
 
 
 class InFlight(ResumesRebuiltEnvs):
@@ -171,6 +173,9 @@ class InFlight(ResumesRebuiltEnvs):
             reply = replies[0]
             received = Received(reply.values, reply.info, None)
             self._add_ended(received, everyone)
+            buffers = self.backend.buffers
+            if buffers.renews_obs and not buffers.lent:  # every row was written by this step
+                received.obs = buffers.renewed_obs()
             return received
         self._whole, self._whole_sent_at = PENDING, time.monotonic()
         self._oldest_sent = self._whole_sent_at

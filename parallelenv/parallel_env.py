@@ -508,10 +508,10 @@ class ParallelEnv:
         arrays = calls.arrays
         # None results are written into the results: they must be the caller's own.
         lend = buffers.lent and not self._policy.tracks_finished
-        obs, reward, terminated, truncated = arrays.step_results(buffers, selection, lend)
-        step_arrays = (reward, terminated, truncated)
         if received is None:
             received = calls.receive(selection)
+        obs, reward, terminated, truncated = arrays.step_results(buffers, selection, lend, received.obs)
+        step_arrays = (reward, terminated, truncated)
         env_ids = selection.ids if with_env_id else None
         assemble = batch_results if align == "batch" else item_results
         results = assemble(obs, step_arrays, selection.ids, received, arrays, env_ids=env_ids)

@@ -64,6 +64,22 @@ class CountingEnv(gym.Env):
         return (self.tag, x, y)
 
 
+class WideCountingEnv(CountingEnv):
+    """A CountingEnv whose obs row is 64 KiB: its first four values as CountingEnv's, the rest the tag.
+
+    Large enough that in-process buffers hand a step's observations over rather
+    than copy them (parallelenv.backends.buffers.RENEW_OBS_MIN_BYTES), small
+    enough for the rows of ended episodes (ENDED_ROW_MAX_BYTES).
+    """
+
+    observation_space = spaces.Box(-np.inf, np.inf, (8192,), np.float64)
+
+    def _obs(self, action: float) -> np.ndarray:
+        obs = np.full(8192, float(self.tag))
+        obs[:4] = super()._obs(action)
+        return obs
+
+
 class DictObsEnv(gym.Env):
     """Dict and Tuple observations, a Box action, seeded random dynamics."""
 

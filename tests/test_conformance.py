@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import TESTS_DIR, build
-from envs import CountingEnv, DictObsEnv, counting
+from envs import CountingEnv, DictObsEnv, WideCountingEnv, counting
 from gymnasium.vector.utils import batch_space
 
 from parallelenv import ParallelEnv
@@ -186,6 +186,30 @@ def test_copy_false_lends_the_result_buffers_that_the_next_step_rewrites(make_pe
     kept = penv.step([1], id=[1])[0]  # a call on some envs always gives fresh arrays
     penv.step([2, 2])
     assert kept[0, 2] == 1
+
+
+@pytest.mark.parametrize("asynchronous", ["restart", "continue"])
+def test_large_observations_are_the_callers_own_and_every_later_call_writes_its_rows(make_penv, asynchronous):
+    # In-process buffers hand such observations over and allocate new ones
+    # rather than copy them; no row of the new ones may leak out unwritten.
+    penv = make_penv([lambda tag=tag: WideCountingEnv(tag, episode_length=2) for tag in range(3)],
+                     asynchronous=asynchronous)
+    obs, _ = penv.reset(seed=0)
+    first, *_, info = penv.step([1, 1, 1])
+    kept = first.copy()
+    second, *_, info = penv.step([2, 2, 2])
+    np.testing.assert_array_equal(first, kept)  # the caller's own: the next step wrote elsewhere
+    assert second[:, 1].tolist() == ([0, 0, 0] if asynchronous == "restart" else [2, 2, 2])
+    if asynchronous == "restart":
+        assert info["_ended_state"].all() and info["ended_state"][:, 2].tolist() == [2, 2, 2]
+    assert [row[4:].min() == row[4:].max() == tag for tag, row in enumerate(second)] == [True] * 3
+    partial, *_ = penv.step([3], id=[1])
+    assert partial[0, :3].tolist() == [1, 1 if asynchronous == "restart" else 3, 3] and partial[0, 4:].max() == 1
+    reset_obs, _ = penv.reset(id=[2])
+    assert reset_obs[0, :3].tolist() == [2, 0, -1] and reset_obs[0, 4:].min() == 2
+    third, *_ = penv.step([4, 4, 4])
+    assert third[:, 0].tolist() == [0, 1, 2] and [row[4:].min() == row[4:].max() for row in third] == [True] * 3
+    np.testing.assert_array_equal(first, kept)
 
 
 def test_restart_reports_the_info_of_its_reset(make_penv):

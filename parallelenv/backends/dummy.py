@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from parallelenv.backends.base import BackendConfig, RunsInCaller, unknown_options
-from parallelenv.backends.buffers import Buffers
+from parallelenv.backends.buffers import Buffers, renewable
 from parallelenv.backends.env_host import (
     EnvGroup,
     EnvSource,
@@ -37,6 +37,7 @@ class DummyBackend(RunsInCaller):
             self.buffers = Buffers.allocate(
                 obs_space, action_space, len(envs), zeros, config.policy.restarts_finished_envs
             )
+            self.buffers.renews_obs = renewable(self.buffers.obs)
         except Exception:
             self._group.close()
             raise

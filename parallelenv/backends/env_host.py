@@ -247,11 +247,17 @@ def _restarted(env: gym.Env, result: tuple) -> tuple:
     """The step result of an env that finished, reset in the same step ("restart")."""
     obs, reward, terminated, truncated, info = result
     # The env may reuse its obs array for the next episode: keep our own copy.
-    info = {**info, "ended_state": obs.copy() if isinstance(obs, np.ndarray) else copy.deepcopy(obs), "reset": True}
+    ended_state = obs.copy() if isinstance(obs, np.ndarray) else copy.deepcopy(obs)
+    new_obs, info = _reset_after_end(env, info)
+    return new_obs, reward, terminated, truncated, {**info, "ended_state": ended_state, "reset": True}
+
+
+def _reset_after_end(env: gym.Env, info: dict) -> tuple[Any, dict]:
+    """The first obs of an env's next episode, and ``info`` with that episode's reset info."""
     new_obs, reset_info = env.reset()
     if reset_info:  # the new episode's first info, as Gymnasium's same-step autoreset reports it
-        info["reset_info"] = reset_info
-    return new_obs, reward, terminated, truncated, info
+        info = {**info, "reset_info": reset_info}
+    return new_obs, info
 
 
 def _invoke(method: Any, argument: Any) -> Any:
@@ -299,14 +305,18 @@ class EnvGroup:
         self._read_actions = rows_reader(buffers.actions)
         # A step of the whole group (every step of a training loop) reads its rows through views made once.
         self._read_group_actions = rows_reader(rows_view(buffers.actions, self._all_rows))
-        self._write_obs = row_writer(buffers.obs)
         obs = buffers.obs
+        # Late bound for one array: the front may renew it (Buffers.renewed_obs).
+        self._write_obs = self._write_obs_row if isinstance(obs, np.ndarray) else row_writer(obs)
         self._obs_in_rows = isinstance(obs, np.ndarray) and not is_per_env_objects(obs)
         self._small_obs = self._obs_in_rows and obs[0].nbytes <= ROW_BY_ROW_BYTES
         self._ended = buffers.ended if self.restart else None
 
     def run(self, call: Call) -> Reply:
         return self._handlers[type(call)](call)
+
+    def _write_obs_row(self, env_id: int, obs: Any) -> None:
+        self.buffers.obs[env_id] = obs
 
     def close(self) -> None:
         for env in self.envs:
@@ -374,10 +384,8 @@ class EnvGroup:
         (a copy: the env may reuse its obs array) and flagged in ``buffers.ended``, rather than put in the info."""
         obs, reward, terminated, truncated, info = result
         self.buffers.ended_obs[env_id] = obs
-        new_obs, reset_info = env.reset()
-        self._ended[env_id] = True
-        if reset_info:
-            info = {**info, "reset_info": reset_info}
+        new_obs, info = _reset_after_end(env, info)
+        self._ended[env_id] = True  # only once the reset succeeded: a failed one reports the env's error instead
         return new_obs, reward, terminated, truncated, info
 
     def _store(
