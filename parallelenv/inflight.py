@@ -149,9 +149,11 @@ class InFlight(ResumesRebuiltEnvs):
         self._dispatch(self._step_everyone if everyone else Step(selection.env_ids, live), selection)
 
     def steps_at_once(self) -> bool:
-        """Whether a step of every env can go through :meth:`step_at_once` now."""
+        """Whether a step of every env can go through :meth:`step_at_once` now: under a policy that
+        tracks finished envs, only while none is (it would answer with None results), read on the host."""
         return (self._answers_in_dispatch and self.num_pending == 0 and self.num_ready == 0
-                and not self.policy.tracks_finished and self.healing is None)
+                and self.healing is None
+                and (not self.policy.tracks_finished or (self.arrays.reads_on_host and not self.finished.any())))
 
     def step_at_once(self, actions: Any) -> Received | None:
         """Step every env on a backend that runs the step in the caller, with nothing else under way
@@ -174,6 +176,8 @@ class InFlight(ResumesRebuiltEnvs):
             received = Received(reply.values, reply.info, None)
             self._add_ended(received, everyone)
             buffers = self.backend.buffers
+            if self.policy.tracks_finished:  # none was finished before this step; some may be now
+                self.policy.after_step(self.finished, everyone.rows, buffers.terminated | buffers.truncated)
             if buffers.renews_obs and not buffers.lent:  # every row was written by this step
                 received.obs = buffers.renewed_obs()
             return received
