@@ -291,7 +291,7 @@ def test_ctrl_c_under_ray_subproc_leaves_no_ray_process_and_no_shared_memory(tmp
         stop(child)
     assert err.count("Started a local Ray instance") <= 1, err
     assert_no_process_carries(marker)
-    assert penv_segments() <= segments_before, err
+    assert not orphaned(penv_segments() - segments_before), err
 
 
 # ---------------------------------------------------------------- 5. a call_timeout kill on ray-subproc
@@ -333,7 +333,6 @@ penv.send([0, 0])  # both envs now hang forever inside step
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn", "fork"])
 def test_a_worker_hanging_in_its_env_dies_with_its_killed_parent(tmp_path, no_leaks, start_method):
-    segments_before = penv_segments()
     child = start_script(tmp_path, SIGKILL_SCRIPT + "print('SENT', flush=True)\ntime.sleep(600)\n", start_method)
     try:
         words = child.stdout.readline().split()
@@ -345,7 +344,8 @@ def test_a_worker_hanging_in_its_env_dies_with_its_killed_parent(tmp_path, no_le
     finally:
         stop(child)
     assert_gone([w.pid for w in workers])
-    wait_for(lambda: penv_segments() <= segments_before, "the dead parent's shared memory to be unlinked")
+    wait_for(lambda: not any(name.startswith(f"{NAME_PREFIX}{child.pid}_") for name in penv_segments()),
+             "the dead parent's shared memory to be unlinked")
 
 
 # ---------------------------------------------------------------- 7. two threads on one ParallelEnv
@@ -378,6 +378,11 @@ def test_two_threads_stepping_one_penv_each_get_their_own_results(make_penv, bac
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def orphaned(segments: set[str]) -> set[str]:
+    """The segments whose creator (named in them) is gone: a test running beside this one holds its own."""
+    return {name for name in segments if not psutil.pid_exists(int(name[len(NAME_PREFIX):].split("_")[0]))}
 
 
 def penv_segments() -> set[str]:
