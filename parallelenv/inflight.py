@@ -94,6 +94,7 @@ class InFlight(ResumesRebuiltEnvs):
         self._whole: int | None = IDLE
         self._whole_sent_at = 0.0
         self._whole_order: int | None = None
+        self._buffers = backend.buffers
 
     def select(self, ids: np.ndarray | None) -> Selection:
         """The selection of checked ``ids``; every env when None."""
@@ -178,7 +179,7 @@ class InFlight(ResumesRebuiltEnvs):
             buffers = self.backend.buffers
             if self.policy.tracks_finished:  # none was finished before this step; some may be now
                 self.policy.after_step(self.finished, everyone.rows, buffers.terminated | buffers.truncated)
-            if buffers.renews_obs and not buffers.lent:  # every row was written by this step
+            if buffers.hands_over_obs():  # every row was written by this step
                 received.obs = buffers.renewed_obs()
             return received
         self._whole, self._whole_sent_at = PENDING, time.monotonic()
@@ -209,6 +210,9 @@ class InFlight(ResumesRebuiltEnvs):
         now = time.monotonic()
         whole = selection.everyone and self.num_pending == 0 and self.num_ready == 0
         if whole:
+            if self._buffers.obs_slots:  # no results are in the buffers: their obs may change slots
+                buffers = self._buffers
+                buffers.use_obs_slot(buffers.free_obs_slot() if call is self._step_everyone else 0)
             self._whole, self._whole_sent_at = PENDING, now
         else:
             self._per_env()
@@ -355,6 +359,8 @@ class InFlight(ResumesRebuiltEnvs):
             self.state[rows] = IDLE
         received = Received(infos, self._take_batched_infos(selection), none_result)
         self._add_ended(received, selection)
+        if selection.everyone and self._buffers.obs_slots and self._buffers.hands_over_obs():
+            received.obs = self._buffers.renewed_obs()  # a step of every env, written into a spare slot
         return received
 
     def _add_ended(self, received: Received, selection: Selection) -> None:

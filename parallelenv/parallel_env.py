@@ -139,6 +139,7 @@ class ParallelEnv:
             call_timeout=call_timeout,
             restarts_workers=self._healing.restarts_workers,
             rebuilds_envs=self._healing.rebuilds_envs,
+            copy=copy,
         )
         self.para_mode = para_mode
         self.asynchronous = asynchronous

@@ -74,6 +74,15 @@ class WideCountingEnv(CountingEnv):
 
     observation_space = spaces.Box(-np.inf, np.inf, (8192,), np.float64)
 
+    def __init__(self, tag: int = 0, episode_length: int = 3, terminate: bool = True, delay: float = 0.0) -> None:
+        super().__init__(tag, episode_length, terminate)
+        self.delay = delay
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self.delay:
+            time.sleep(self.delay)  # the env's own cost, not a wait on the test's side
+        return super().step(action)
+
     def _obs(self, action: float) -> np.ndarray:
         obs = np.full(8192, float(self.tag))
         obs[:4] = super()._obs(action)

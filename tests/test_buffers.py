@@ -1,12 +1,20 @@
-"""Which buffers a backend gets: the rows of ended episodes only where they pay."""
+"""Which buffers a backend gets: the rows of ended episodes and spare obs slots only where they pay."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from envs import WideCountingEnv
 from gymnasium import spaces
 
-from parallelenv.backends.buffers import ENDED_ROW_MAX_BYTES, Buffers
+from parallelenv import ParallelEnv
+from parallelenv.backends.buffers import (
+    ENDED_ROW_MAX_BYTES,
+    OBS_SLOT_MAX_BYTES,
+    SPARE_OBS_SLOTS,
+    Buffers,
+    spare_obs_slots,
+)
 from parallelenv.batching import BufferLayout
 
 ACTIONS = spaces.Discrete(2)
@@ -51,3 +59,65 @@ def test_the_layout_sizing_pass_and_the_laid_out_buffers_agree():
     laid_out = BufferLayout(bytearray(sizing.size))
     buffers = Buffers.allocate(obs_space, ACTIONS, 3, laid_out, restarts=True)
     assert laid_out.size == sizing.size and buffers.ended_obs is not None
+
+
+# ---------------------------------------------------------------- spare obs slots of shared buffers
+
+
+@pytest.mark.parametrize("obs_space, num_envs, copies, spares", [
+    (spaces.Box(0, 255, (84, 84, 4), np.uint8), 8, True, SPARE_OBS_SLOTS),  # an Atari frame stack each
+    (spaces.Box(0, 255, (84, 84, 4), np.uint8), 8, False, 0),  # copy=False: results are the buffers
+    (spaces.Box(0, 1, (4,), np.float32), 8, True, 0),  # small: a copy costs what an allocation does
+    (spaces.Box(0, 255, (OBS_SLOT_MAX_BYTES // 2 + 1,), np.uint8), 2, True, 0),  # the /dev/shm bound
+    (spaces.Dict({"a": spaces.Box(0, 255, (2**17,), np.uint8)}), 1, True, 0),  # not one array
+])
+def test_shared_buffers_get_spare_obs_slots_only_for_large_arrays_of_copied_results(obs_space, num_envs,
+                                                                                   copies, spares):
+    assert spare_obs_slots(obs_space, num_envs, copies) == spares
+
+
+def test_a_spare_obs_slot_is_free_again_only_once_nothing_outside_holds_it_or_a_view_of_it():
+    buffers = Buffers.allocate(spaces.Box(0, 1, (2**14,), np.float32), ACTIONS, 2, zeros,
+                               spare_obs_slots=SPARE_OBS_SLOTS)
+    home = buffers.obs
+    assert len(buffers.obs_slots) == 1 + SPARE_OBS_SLOTS and buffers.obs_slots[0] is home
+    assert buffers.free_obs_slot() == 1 and not buffers.hands_over_obs()
+    buffers.use_obs_slot(1)
+    assert buffers.hands_over_obs()
+    handed = buffers.renewed_obs()
+    assert handed is buffers.obs_slots[1] and buffers.obs is home and buffers.obs_slot == 0
+    row = handed[1]
+    del handed
+    assert buffers.free_obs_slot() == 2  # a view of slot 1 holds it
+    buffers.use_obs_slot(2)
+    assert buffers.free_obs_slot() == 2  # written into, never handed over
+    handed = buffers.renewed_obs()
+    assert buffers.free_obs_slot() == 0  # both held: the next step is copied out of slot 0
+    del row
+    assert buffers.free_obs_slot() == 1
+    del handed
+    assert buffers.free_obs_slot() == 1
+
+
+def test_subproc_hands_a_step_of_large_observations_over_without_copying_it(no_leaks):
+    envs = [lambda tag=tag: WideCountingEnv(tag, episode_length=1000) for tag in range(2)]
+    with ParallelEnv(envs, para_mode="subproc", num_workers=2, asynchronous="continue") as penv:
+        spares = [slot.ctypes.data for slot in penv.backend.buffers.obs_slots[1:]]  # no reference kept
+        penv.reset(seed=0)
+        addresses = []
+        for _ in range(3):
+            obs, *_ = penv.step([1, 1])
+            addresses.append(obs.ctypes.data)
+            del obs
+        kept, *_ = penv.step([1, 1])
+        obs, *_ = penv.step([1, 1])
+        assert addresses == [spares[0]] * 3
+        assert [kept.ctypes.data, obs.ctypes.data] == spares
+        assert kept[:, 1].tolist() == [4, 4] and obs[:, 1].tolist() == [5, 5]
+
+
+@pytest.mark.parametrize("options", [{"copy": False}, {"on_worker_failure": "restart"}, {"on_env_error": "restart"}])
+def test_subproc_gives_no_spare_obs_slots_where_results_are_not_copied_or_envs_heal(no_leaks, options):
+    envs = [lambda tag=tag: WideCountingEnv(tag) for tag in range(2)]
+    with ParallelEnv(envs, para_mode="subproc", num_workers=2, **options) as penv:
+        assert penv.backend.buffers.obs_slots == []

@@ -212,6 +212,58 @@ def test_large_observations_are_the_callers_own_and_every_later_call_writes_its_
     np.testing.assert_array_equal(first, kept)
 
 
+def test_observations_the_caller_keeps_stay_as_they_were_whatever_it_calls_next(make_penv):
+    # Shared buffers hand a step's observations over in spare slots and write
+    # into one again only once the caller has let go of it and of its views.
+    penv = make_penv([lambda tag=tag: WideCountingEnv(tag, episode_length=1000) for tag in range(3)],
+                     asynchronous="continue")
+    penv.reset(seed=0)
+    kept, expected = [], []
+    for count in range(1, 6):
+        obs, *_ = penv.step([count % 5] * 3)
+        assert obs[:, 1].tolist() == [count] * 3 and [row[4:].min() == row[4:].max() == tag
+                                                     for tag, row in enumerate(obs)] == [True] * 3
+        keep = {2: obs[1], 5: obs}.get(count)  # a view of a row, the last batch, else nothing
+        if keep is not None:
+            kept.append(keep)
+            expected.append(keep.copy())
+        del obs, keep
+    penv.reset(id=[1])  # a call of some envs right after the step of every env the caller keeps
+    penv.step([1, 1], id=[0, 2])
+    obs, *_ = penv.step([2, 2, 2])
+    assert obs[:, 1].tolist() == [7, 1, 7]
+    for keep, values in zip(kept, expected, strict=True):
+        np.testing.assert_array_equal(keep, values)
+
+
+def test_a_step_of_every_env_taken_in_parts_hands_each_env_its_own_rows(make_penv):
+    # Env 3 is slow: a recv of some takes the others' rows of a step of every
+    # env while its own is still being written, and they are stepped again meanwhile.
+    penv = make_penv([lambda tag=tag: WideCountingEnv(tag, episode_length=1000, delay=0.2 if tag == 3 else 0.0)
+                      for tag in range(4)], asynchronous="continue")
+    penv.reset(seed=0)
+    counts = [0, 0, 0, 0]
+    held = []
+    for _ in range(3):
+        penv.send([1, 1, 1, 1])
+        counts = [count + 1 for count in counts]
+        waiting = {0, 1, 2, 3}
+        while waiting:
+            obs, *_, info = penv.recv(wait_num=1)
+            held.append((obs, obs.copy()))
+            for row, env_id in zip(obs, info["env_id"].tolist(), strict=True):
+                assert row[0] == env_id and row[1] == counts[env_id] and row[4:].min() == row[4:].max() == env_id
+                waiting.discard(env_id)
+            fast = sorted({0, 1, 2} - waiting)
+            if waiting and fast:  # steps of some envs while env 3's step of every env is under way
+                stepped, *_ = penv.step([2] * len(fast), id=fast)
+                for env_id in fast:
+                    counts[env_id] += 1
+                assert stepped[:, 1].tolist() == [counts[env_id] for env_id in fast]
+    for obs, values in held:
+        np.testing.assert_array_equal(obs, values)
+
+
 def test_restart_reports_the_info_of_its_reset(make_penv):
     penv = make_penv(counting_envs([1, 2]), asynchronous="restart")
     penv.reset(seed=0)

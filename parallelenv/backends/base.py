@@ -27,6 +27,8 @@ class BackendConfig:
     restarts_workers: bool = False
     # on_env_error="restart": the envs will be sent Rebuild calls with the user's sources
     rebuilds_envs: bool = False
+    # copy=False: results are the buffers themselves, which need no spare observation slots
+    copy: bool | None = None
 
 
 class Backend(Protocol):

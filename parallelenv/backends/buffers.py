@@ -10,6 +10,7 @@ messages instead.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +43,12 @@ class Buffers:
     #: out. Set by backends whose buffers are the caller's own memory, for
     #: observations large enough that the copy costs more than the allocation.
     renews_obs: bool = False
+    #: Buffers in shared memory hand ``obs`` over by turns instead (see
+    #: :meth:`use_obs_slot`): slot 0 is ``obs`` as allocated, the others are
+    #: spares that a step of every env may be written into and handed over
+    #: in, each taken again once the caller has let go of it. Empty: no spares.
+    obs_slots: list[np.ndarray] = field(default_factory=list)
+    obs_slot: int = 0  # the slot ``obs`` is now
     #: The parts of ``obs`` and ``actions`` private to this process (spaces of
     #: no fixed shape), in a fixed order: what a backend whose envs run in other
     #: processes sends along with its calls and replies. Empty for fixed shapes.
@@ -52,18 +59,43 @@ class Buffers:
         self.private_obs = private_parts(self.obs)
         self.private_actions = private_parts(self.actions)
 
+    def hands_over_obs(self) -> bool:
+        """Whether :meth:`renewed_obs` may hand ``obs`` over, every row written by the step being received:
+        in-caller buffers that renew it, or shared ones whose step was written into a spare slot."""
+        return self.obs_slot != 0 if self.obs_slots else self.renews_obs and not self.lent
+
     def renewed_obs(self) -> np.ndarray:
-        """``obs``, now the caller's: its place taken by a new array, which the next call writes."""
+        """``obs``, now the caller's: its place taken by a new array, which the next call writes
+        (slot 0, for buffers with spare slots: the hosts learn it with that call)."""
         obs = self.obs
-        self.obs = np.empty_like(obs)
+        if self.obs_slots:
+            self.use_obs_slot(0)
+        else:
+            self.obs = np.empty_like(obs)
         return obs
+
+    def use_obs_slot(self, slot: int) -> None:
+        """Make slot ``slot`` ``obs``: where the next calls write their observations."""
+        if slot != self.obs_slot:
+            self.obs = self.obs_slots[slot]
+            self.obs_slot = slot
+
+    def free_obs_slot(self) -> int:
+        """A spare slot that no one outside these buffers holds (the caller let go of the obs
+        handed over in it, and of every view of them), or 0 when every spare is held."""
+        for slot in range(1, len(self.obs_slots)):
+            # The list's reference and getrefcount's own, and ``obs`` when it is this slot.
+            if sys.getrefcount(self.obs_slots[slot]) == 2 + (slot == self.obs_slot):
+                return slot
+        return 0
 
     @classmethod
     def allocate(
         cls, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, alloc: Allocator,
-        restarts: bool = False,
+        restarts: bool = False, spare_obs_slots: int = 0,
     ) -> Buffers:
-        """The buffers of ``num_envs`` envs; ``restarts``: with the rows of ended episodes, where they fit."""
+        """The buffers of ``num_envs`` envs; ``restarts``: with the rows of ended episodes, where they fit;
+        ``spare_obs_slots``: that many spare ``obs`` arrays (see :meth:`use_obs_slot`)."""
         obs = allocate(obs_space, num_envs, alloc)
         buffers = cls(
             obs=obs,
@@ -75,6 +107,8 @@ class Buffers:
         if restarts and has_fixed_rows(obs) and _row_nbytes(obs_space) <= ENDED_ROW_MAX_BYTES:
             buffers.ended = alloc((num_envs,), np.dtype(np.bool_))
             buffers.ended_obs = allocate(obs_space, num_envs, alloc)
+        if spare_obs_slots:
+            buffers.obs_slots = [obs, *(allocate(obs_space, num_envs, alloc) for _ in range(spare_obs_slots))]
         return buffers
 
 
@@ -100,6 +134,23 @@ RENEW_OBS_MIN_BYTES = 64 * 2**10
 def renewable(obs: Batched) -> bool:
     """Whether buffers in the caller's memory should hand over this ``obs`` rather than copy it."""
     return has_fixed_rows(obs) and obs.nbytes >= RENEW_OBS_MIN_BYTES
+
+
+# Shared buffers hand a step's observations over in spare slots, two of them:
+# a training loop holds the obs it acts on while it steps, so one spare would
+# be held whenever the next step is written. A bound on what they add to
+# /dev/shm, which in a container may hold 64 MiB and whose overflow kills the
+# writer with SIGBUS: larger observations are copied out, as before.
+SPARE_OBS_SLOTS = 2
+OBS_SLOT_MAX_BYTES = 8 * 2**20
+
+
+def spare_obs_slots(obs_space: spaces.Space, num_envs: int, copies_results: bool) -> int:
+    """How many spare slots shared buffers of these observations get (see Buffers.use_obs_slot)."""
+    if not copies_results or not isinstance(obs_space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
+        return 0
+    nbytes = num_envs * _row_nbytes(obs_space)
+    return SPARE_OBS_SLOTS if RENEW_OBS_MIN_BYTES <= nbytes <= OBS_SLOT_MAX_BYTES else 0
 
 
 def has_fixed_rows(batched: Batched) -> bool:

@@ -62,8 +62,8 @@ class GroupHost:
         self._first_id = first_id
         # Failures are survived by the caller's backend, which replaces a whole
         # actor and sends the sources of envs to rebuild: the local backend
-        # here only runs the calls, as without healing.
-        self._config = dataclasses.replace(config, restarts_workers=False, rebuilds_envs=False)
+        # here only runs the calls, as without healing. Its results are copied into the replies.
+        self._config = dataclasses.replace(config, restarts_workers=False, rebuilds_envs=False, copy=False)
         self._local_mode = local_mode
         self._local_options = local_options
         self._backend: Backend | None = None

@@ -24,10 +24,11 @@ NAME_PREFIX = "penv_"
 
 
 def _layout(
-    obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, restarts: bool, buffer: object
+    obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, restarts: bool, spare_obs_slots: int,
+    buffer: object,
 ) -> tuple[Buffers, int]:
     layout = BufferLayout(buffer)
-    buffers = Buffers.allocate(obs_space, action_space, num_envs, layout, restarts)
+    buffers = Buffers.allocate(obs_space, action_space, num_envs, layout, restarts, spare_obs_slots)
     return buffers, layout.size
 
 
@@ -41,24 +42,26 @@ class SharedBuffers:
 
     @classmethod
     def create(
-        cls, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, restarts: bool
+        cls, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, restarts: bool,
+        spare_obs_slots: int = 0,
     ) -> SharedBuffers:
-        _, size = _layout(obs_space, action_space, num_envs, restarts, None)
+        _, size = _layout(obs_space, action_space, num_envs, restarts, spare_obs_slots, None)
         name = f"{NAME_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}"
         segment = shared_memory.SharedMemory(name=name, create=True, size=max(size, 1))
-        buffers, _ = _layout(obs_space, action_space, num_envs, restarts, segment.buf)
+        buffers, _ = _layout(obs_space, action_space, num_envs, restarts, spare_obs_slots, segment.buf)
         return cls(segment, buffers, owner=True)
 
     @classmethod
     def attach(
-        cls, name: str, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, restarts: bool
+        cls, name: str, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, restarts: bool,
+        spare_obs_slots: int = 0,
     ) -> SharedBuffers:
         if sys.version_info >= (3, 13):
             # The creator owns the segment; a worker's tracker must not unlink it.
             segment = shared_memory.SharedMemory(name=name, track=False)
         else:
             segment = shared_memory.SharedMemory(name=name)
-        buffers, _ = _layout(obs_space, action_space, num_envs, restarts, segment.buf)
+        buffers, _ = _layout(obs_space, action_space, num_envs, restarts, spare_obs_slots, segment.buf)
         return cls(segment, buffers, owner=False)
 
     @property

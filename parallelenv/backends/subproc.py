@@ -29,6 +29,7 @@ from typing import Any
 
 from parallelenv.backends import wire
 from parallelenv.backends.base import BackendConfig, available_cpus
+from parallelenv.backends.buffers import spare_obs_slots
 from parallelenv.backends.countdown import Countdown
 from parallelenv.backends.env_host import EnvSource, common_spaces, env_list, pickle_sources
 from parallelenv.backends.groups import Groups
@@ -50,6 +51,7 @@ class _Worker:
     # worker answers in order, so the head is what the next reply is about.
     sent: deque[tuple[int, ...]] = field(default_factory=deque)
     death: WorkerDiedError | None = None
+    obs_slot: int = 0  # the buffers' obs slot the worker writes into (see Buffers.use_obs_slot)
 
     def __post_init__(self) -> None:
         self.group_ids = tuple(self.env_ids)
@@ -201,10 +203,14 @@ class SubprocBackend:
         per_env = [pair for w in self._workers for pair in self._await(w, deadline, "build its envs").spaces]
         obs_space, action_space = common_spaces(per_env)
         self.single_observation_space, self.single_action_space = obs_space, action_space
-        restarts = self._restart_with[2].policy.restarts_finished_envs
-        self._shared = SharedBuffers.create(obs_space, action_space, self.num_envs, restarts)
+        config = self._restart_with[2]
+        restarts = config.policy.restarts_finished_envs
+        # Healing resets rebuilt envs' rows in whatever slot their new worker starts in: it copies results out.
+        copies_results = config.copy is not False and not (config.restarts_workers or config.rebuilds_envs)
+        spare = spare_obs_slots(obs_space, self.num_envs, copies_results)
+        self._shared = SharedBuffers.create(obs_space, action_space, self.num_envs, restarts, spare)
         self.buffers = self._shared.buffers
-        self._attach = wire.encode(Attach(self._shared.name, obs_space, action_space, self.num_envs, restarts))
+        self._attach = wire.encode(Attach(self._shared.name, obs_space, action_space, self.num_envs, restarts, spare))
         for worker in self._workers:
             worker.conn.send_bytes(self._attach)
         for worker in self._workers:
@@ -237,13 +243,15 @@ class SubprocBackend:
                 raise worker.death
         # Every message is made before any is sent: one that cannot be pickled
         # raises here, and no worker has started a call the others never get.
-        messages = [wire.encode_call(worker_call, worker.group_ids, counted, self.buffers)
+        obs_slot = self.buffers.obs_slot
+        messages = [wire.encode_call(worker_call, worker.group_ids, counted, self.buffers, worker.obs_slot)
                     for worker, worker_call in routed]
         if counted:
             self._countdown.arm()
             self._counting = True  # until collect has every answer: quiet ones reach it through the countdown only
         for (worker, worker_call), message in zip(routed, messages, strict=True):
             worker.sent.append(worker_call.env_ids)
+            worker.obs_slot = obs_slot
             try:
                 worker.conn.send_bytes(message)
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):

@@ -8,6 +8,11 @@ in the order it was asked. A step of some of a worker's envs (``send`` to a
 few envs, or one half of them in overlapped collection) is a byte and their
 ids as 32-bit integers: pickling it costs the parent tens of microseconds.
 
+Shared buffers may hand observations over in turns (see
+``Buffers.use_obs_slot``): a step of a whole group names the slot its
+observations go to in a second byte, and any other call that must write
+into another slot than the worker's last one is preceded by a switch.
+
 The parts of spaces of no fixed shape are in no shared memory (see
 :mod:`parallelenv.batching`): a step carries its envs' rows of such action
 parts, and a reply that leaves results carries its envs' rows of such
@@ -32,6 +37,7 @@ from parallelenv.calls import NO_RESULT_CALLS, Done, Failure, Step, method_name,
 _STEP_GROUP = b"s"  # pickles start with b"\x80", so one byte cannot be mistaken for one
 _STEP_GROUP_COUNTED = b"c"
 _STEP_SOME = b"p"  # followed by the env ids, as int32
+_USE_OBS_SLOT = b"u"  # followed by the slot, as a byte, and the call
 _STEP_ID = np.dtype(np.int32)
 _STEP_DONE_NO_INFO = b""
 
@@ -62,8 +68,10 @@ def encode(message: Any) -> bytes:
         return cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, buffers: Buffers | None = None) -> bytes:
-    """A call as the worker will read it; a step carries its actions' rows of ``buffers``' private parts.
+def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, buffers: Buffers | None = None,
+                worker_obs_slot: int = 0) -> bytes:
+    """A call as the worker will read it; a step carries its actions' rows of ``buffers``' private parts,
+    and a call for a worker whose obs slot (``worker_obs_slot``) is not the buffers' now names theirs.
 
     cloudpickle, not pickle: a function or class the user defined in the
     script being run (``__main__``) pickles by reference, and the worker's
@@ -71,13 +79,22 @@ def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, bu
     Anything that cannot travel raises here, in the caller, before any worker
     is sent anything.
     """
+    obs_slot = 0 if buffers is None else buffers.obs_slot
+    if type(call) is Step and not (buffers is not None and buffers.private_actions) and call.env_ids == group_ids:
+        return (_STEP_GROUP_COUNTED if counted else _STEP_GROUP) + _SLOT_BYTES[obs_slot]
+    message = _encode_call(call, counted, buffers)
+    return message if obs_slot == worker_obs_slot else _USE_OBS_SLOT + _SLOT_BYTES[obs_slot] + message
+
+
+_SLOT_BYTES = [bytes([slot]) for slot in range(256)]
+
+
+def _encode_call(call: Any, counted: bool, buffers: Buffers | None) -> bytes:
     if type(call) is Step:
         if buffers is not None and buffers.private_actions:
             message = CountedStep(call) if counted else call
             rows = read_private_rows(buffers.private_actions, call.env_ids)
             return encode_user_data(WithRows(message, call.env_ids, rows), call)
-        if call.env_ids == group_ids:
-            return _STEP_GROUP_COUNTED if counted else _STEP_GROUP
         if call.live is None:
             return _STEP_SOME + np.array(call.env_ids, dtype=_STEP_ID).tobytes()
     return encode_user_data(call, call)
@@ -108,13 +125,19 @@ def _what_cannot_travel(call: Any) -> str:
 def decode_call(data: bytes, group_step: Step, counted_group_step: CountedStep, buffers: Buffers | None = None) -> Any:
     """The call, a :class:`CountedStep`, or another message (``Close``); ``group_step`` is the worker's whole group.
 
-    The action rows a step brings are written into ``buffers`` here.
+    The action rows a step brings are written into ``buffers`` here, and the obs slot it names made theirs.
     """
-    if data == _STEP_GROUP:
-        return group_step
-    if data == _STEP_GROUP_COUNTED:
-        return counted_group_step
-    if data[:1] == _STEP_SOME:
+    head = data[:1]
+    if head == _USE_OBS_SLOT:
+        assert buffers is not None, "an obs slot needs the buffers it is one of"
+        buffers.use_obs_slot(data[1])
+        data = data[2:]
+        head = data[:1]
+    if head == _STEP_GROUP or head == _STEP_GROUP_COUNTED:
+        if buffers is not None:
+            buffers.use_obs_slot(data[1])
+        return group_step if head == _STEP_GROUP else counted_group_step
+    if head == _STEP_SOME:
         return Step(tuple(np.frombuffer(data, _STEP_ID, offset=1).tolist()))
     message = pickle.loads(data)
     if isinstance(message, WithRows):

@@ -42,6 +42,7 @@ class Attach:
     action_space: spaces.Space
     num_envs: int
     restarts: bool  # the buffers hold the rows of ended episodes (see Buffers.allocate)
+    spare_obs_slots: int  # see Buffers.use_obs_slot
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ def worker_main(
         if isinstance(attach, Close):
             return
         shared = SharedBuffers.attach(
-            attach.segment_name, attach.observation_space, attach.action_space, attach.num_envs, attach.restarts
+            attach.segment_name, attach.observation_space, attach.action_space, attach.num_envs, attach.restarts,
+            attach.spare_obs_slots,
         )
         assert shared.buffers is not None
         group.attach(shared.buffers)
