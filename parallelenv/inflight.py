@@ -179,7 +179,7 @@ class InFlight(ResumesRebuiltEnvs):
             buffers = self.backend.buffers
             if self.policy.tracks_finished:  # none was finished before this step; some may be now
                 self.policy.after_step(self.finished, everyone.rows, buffers.terminated | buffers.truncated)
-            if buffers.hands_over_obs():  # every row was written by this step
+            if buffers.renews_obs and not buffers.lent:  # every row was written by this step
                 received.obs = buffers.renewed_obs()
             return received
         self._whole, self._whole_sent_at = PENDING, time.monotonic()
@@ -359,8 +359,8 @@ class InFlight(ResumesRebuiltEnvs):
             self.state[rows] = IDLE
         received = Received(infos, self._take_batched_infos(selection), none_result)
         self._add_ended(received, selection)
-        if selection.everyone and self._buffers.obs_slots and self._buffers.hands_over_obs():
-            received.obs = self._buffers.renewed_obs()  # a step of every env, written into a spare slot
+        if selection.everyone and self._buffers.obs_slot:  # a spare slot, written into by steps of these envs
+            received.obs = self._buffers.renewed_obs()
         return received
 
     def _add_ended(self, received: Received, selection: Selection) -> None:

@@ -59,11 +59,6 @@ class Buffers:
         self.private_obs = private_parts(self.obs)
         self.private_actions = private_parts(self.actions)
 
-    def hands_over_obs(self) -> bool:
-        """Whether :meth:`renewed_obs` may hand ``obs`` over, every row written by the step being received:
-        in-caller buffers that renew it, or shared ones whose step was written into a spare slot."""
-        return self.obs_slot != 0 if self.obs_slots else self.renews_obs and not self.lent
-
     def renewed_obs(self) -> np.ndarray:
         """``obs``, now the caller's: its place taken by a new array, which the next call writes
         (slot 0, for buffers with spare slots: the hosts learn it with that call)."""
