@@ -142,20 +142,20 @@ class CollectRunner(Runner):
     between the two wrappers built from it.
     """
 
-    # Three hidden layers of 512: ~0.6-0.9 ms a forward pass on a batch of 16
-    # on one thread of this machine, about as long as one step of a collect16
-    # env (1 ms); a batch of 8 takes ~60% of that (of 256: ~0.2 ms, mostly
-    # fixed cost per layer). Wider layers make the parent's core the bound:
-    # two half batches cost it more than one whole one.
-    hidden = (512, 512, 512)
+    # What the issue asks of collect16: a policy whose forward pass on the
+    # batch takes about as long as an env's step (1 ms). Three hidden layers
+    # of 1024 on one thread of the 2-core AMD EPYC host of 2026-11-25: ~1.3 ms
+    # on a batch of 16, ~0.9 ms on a half batch of 8 (of 512: 0.35 and
+    # 0.23 ms, where overlap has little to hide: 1.16x).
+    hidden = (1024, 1024, 1024)
     # A worker steps its envs one after another. With several envs a worker,
     # each half of an overlapped collection (the even and the odd envs) takes
     # half of every worker's envs, so a half's step takes half a step's time;
     # with one env a worker it would take all of it, and nothing could
-    # overlap. Four a worker: collect16's waiting envs get four workers (a
-    # step of every env ~4.6 ms, of a half ~2.3 ms); busy8's CPU-bound ones
-    # two, one a core.
-    envs_per_worker = 4
+    # overlap. Two a worker: a half's step then takes one env's step (~1.1
+    # ms on collect16, as long as the policy's forward pass on the other
+    # half); busy8's CPU-bound envs get four workers on the two cores.
+    envs_per_worker = 2
 
     def __init__(self, factories: Sequence[EnvFactory], overlap: bool) -> None:
         import gymnasium
