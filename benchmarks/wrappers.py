@@ -131,7 +131,8 @@ class MLPPolicy:
         self.net = torch.nn.Sequential(*layers, torch.nn.Linear(sizes[-1], num_actions))
 
     def __call__(self, obs: Any) -> Any:
-        return self.net(obs).argmax(dim=1)
+        # .float(): bigobs8's frames are uint8 (a no-op on float32 observations).
+        return self.net(obs.flatten(1).float()).argmax(dim=1)
 
 
 class CollectRunner(Runner):
