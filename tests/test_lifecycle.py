@@ -210,6 +210,19 @@ def test_closed_subproc_penv_leaves_no_process_or_shared_memory(make_penv, env):
     assert not list(Path("/dev/shm").glob(f"{NAME_PREFIX}{os.getpid()}_*"))
 
 
+@SUBPROC_ONLY
+def test_a_closed_subproc_penv_leaves_no_named_semaphore(make_penv):
+    # A Ray actor hosting subproc workers is killed right after close(), with
+    # the resource tracker that would unlink its semaphores when it exits.
+    penv = make_penv([CountingEnv for _ in range(2)])
+    lock = penv.backend.countdown._remaining.get_lock()._semlock  # the countdown's, a named POSIX semaphore
+    semaphore = Path("/dev/shm") / f"sem.{lock.name.lstrip('/')}"
+    assert semaphore.exists()
+    del lock
+    penv.close()
+    assert not semaphore.exists()
+
+
 @pytest.mark.parametrize("env", [CountingEnv, DictObsEnv], ids=["box", "dict"])
 def test_len_spaces_and_repr_before_and_after_close(make_penv, backend, env):
     penv = make_penv([env for _ in range(3)], asynchronous="idle")

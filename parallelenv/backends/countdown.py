@@ -70,6 +70,11 @@ class Countdown:
     def close(self) -> None:
         self._wake_reader.close()
         self._wake_writer.close()
+        # The counter's lock is a named POSIX semaphore, unlinked once the lock
+        # is collected (or by the resource tracker at exit): drop it now. Ray
+        # kills an actor after close(), and the actor's resource tracker with
+        # it, which left the name in /dev/shm for every ray-subproc ParallelEnv.
+        self._remaining = self._counter = None
 
 
 class WorkerCountdown:
