@@ -49,6 +49,9 @@ class Buffers:
     #: in, each taken again once the caller has let go of it. Empty: no spares.
     obs_slots: list[np.ndarray] = field(default_factory=list)
     obs_slot: int = 0  # the slot ``obs`` is now
+    # What sys.getrefcount says of a spare no one else holds, read when none
+    # can be: interpreters differ in the references they count (3.14 borrows some).
+    _unheld_refcount: int = field(default=0, init=False, repr=False)
     #: The parts of ``obs`` and ``actions`` private to this process (spaces of
     #: no fixed shape), in a fixed order: what a backend whose envs run in other
     #: processes sends along with its calls and replies. Empty for fixed shapes.
@@ -79,8 +82,8 @@ class Buffers:
         """A spare slot that no one outside these buffers holds (the caller let go of the obs
         handed over in it, and of every view of them), or 0 when every spare is held."""
         for slot in range(1, len(self.obs_slots)):
-            # The list's reference and getrefcount's own, and ``obs`` when it is this slot.
-            if sys.getrefcount(self.obs_slots[slot]) == 2 + (slot == self.obs_slot):
+            # ``obs`` is one more reference when it is this slot.
+            if sys.getrefcount(self.obs_slots[slot]) == self._unheld_refcount + (slot == self.obs_slot):
                 return slot
         return 0
 
@@ -104,6 +107,7 @@ class Buffers:
             buffers.ended_obs = allocate(obs_space, num_envs, alloc)
         if spare_obs_slots:
             buffers.obs_slots = [obs, *(allocate(obs_space, num_envs, alloc) for _ in range(spare_obs_slots))]
+            buffers._unheld_refcount = sys.getrefcount(buffers.obs_slots[1])  # held by the list alone
         return buffers
 
 
