@@ -94,7 +94,6 @@ class InFlight(ResumesRebuiltEnvs):
         self._whole: int | None = IDLE
         self._whole_sent_at = 0.0
         self._whole_order: int | None = None
-        self._buffers = backend.buffers
 
     def select(self, ids: np.ndarray | None) -> Selection:
         """The selection of checked ``ids``; every env when None."""
@@ -210,9 +209,7 @@ class InFlight(ResumesRebuiltEnvs):
         now = time.monotonic()
         whole = selection.everyone and self.num_pending == 0 and self.num_ready == 0
         if whole:
-            if self._buffers.obs_slots:  # no results are in the buffers: their obs may change slots
-                buffers = self._buffers
-                buffers.use_obs_slot(buffers.free_obs_slot() if call is self._step_everyone else 0)
+            self.backend.buffers.choose_obs_slot(call is self._step_everyone)
             self._whole, self._whole_sent_at = PENDING, now
         else:
             self._per_env()
@@ -359,8 +356,8 @@ class InFlight(ResumesRebuiltEnvs):
             self.state[rows] = IDLE
         received = Received(infos, self._take_batched_infos(selection), none_result)
         self._add_ended(received, selection)
-        if selection.everyone and self._buffers.obs_slot:  # a spare slot, written into by steps of these envs
-            received.obs = self._buffers.renewed_obs()
+        if selection.everyone and self.backend.buffers.obs_slot:  # a spare slot, written into by these envs' steps
+            received.obs = self.backend.buffers.renewed_obs()
         return received
 
     def _add_ended(self, received: Received, selection: Selection) -> None:

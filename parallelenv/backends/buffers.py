@@ -72,6 +72,12 @@ class Buffers:
             self.obs = np.empty_like(obs)
         return obs
 
+    def choose_obs_slot(self, step_of_every_env: bool) -> None:
+        """Where a call of every env, with none other in flight (no results are in the buffers),
+        writes its observations: a free spare for a step, else slot 0. Nothing without spares."""
+        if self.obs_slots:
+            self.use_obs_slot(self.free_obs_slot() if step_of_every_env else 0)
+
     def use_obs_slot(self, slot: int) -> None:
         """Make slot ``slot`` ``obs``: where the next calls write their observations."""
         if slot != self.obs_slot:
