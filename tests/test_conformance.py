@@ -1,4 +1,4 @@
-"""The behaviour DESIGN.md promises, asserted for every backend.
+"""The behaviour docs/design.rst promises, asserted for every backend.
 
 Every test takes ``make_penv``, which is parametrised over the registered
 backends; a new backend is done when this file passes unchanged.

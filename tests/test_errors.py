@@ -1,6 +1,6 @@
 """How failures reach the caller: env exceptions, dead and hung workers, bad arguments.
 
-The contract (DESIGN.md, "Errors"): an env's exception becomes an ``EnvError``
+The contract (docs/design.rst, "Errors"): an env's exception becomes an ``EnvError``
 naming the env, the method, the original type and message and the remote
 traceback; a dead worker becomes a ``WorkerDiedError`` naming the envs it
 hosted, within bounded time; the ParallelEnv stays closable and leaks nothing.

@@ -1,6 +1,6 @@
 """Properties of ``id`` and ``seed``: checked directly, then end to end on a dummy ParallelEnv.
 
-The contract (DESIGN.md, "`id`"): an int, a list or a NumPy array of env
+The contract (docs/design.rst, "``id``"): an int, a list or a NumPy array of env
 indices, in any order; results come back in that order; out-of-range,
 duplicated or wrongly typed indices raise ``ValueError``/``TypeError`` naming
 the bad index before anything is sent. An int seed gives each env its own

@@ -1,6 +1,6 @@
 """Building, closing and tearing down a ParallelEnv: nothing may outlive close().
 
-The contract (DESIGN.md, "Errors"): ``close()`` always leaves no child process
+The contract (docs/design.rst, "Errors"): ``close()`` always leaves no child process
 behind, also when called twice, from ``__del__``, or after Ctrl-C; calls after
 ``close()`` raise ``ClosedError``. Scripts without the ``__main__`` guard work.
 """
