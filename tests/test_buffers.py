@@ -76,26 +76,36 @@ def test_shared_buffers_get_spare_obs_slots_only_for_large_arrays_of_copied_resu
     assert spare_obs_slots(obs_space, num_envs, copies) == spares
 
 
-def test_a_spare_obs_slot_is_free_again_only_once_nothing_outside_holds_it_or_a_view_of_it():
+def test_steps_of_every_env_take_turns_in_the_spare_obs_slots_the_caller_does_not_hold():
     buffers = Buffers.allocate(spaces.Box(0, 1, (2**14,), np.float32), ACTIONS, 2, zeros,
                                spare_obs_slots=SPARE_OBS_SLOTS)
     home = buffers.obs
     assert len(buffers.obs_slots) == 1 + SPARE_OBS_SLOTS and buffers.obs_slots[0] is home
-    assert buffers.free_obs_slot() == 1
-    buffers.use_obs_slot(1)
+    assert buffers.handover.kind == "slot"
+    buffers.choose_obs_slot(step_of_every_env=True)
+    assert buffers.obs_slot == 1 and buffers.obs is buffers.obs_slots[1]
+    buffers.obs[:] = 1.0
     handed = buffers.renewed_obs()
-    assert handed is buffers.obs_slots[1] and buffers.obs is home and buffers.obs_slot == 0
+    assert np.shares_memory(handed, buffers.obs_slots[1]) and handed.shape == home.shape and (handed == 1.0).all()
+    assert buffers.obs is home and buffers.obs_slot == 0
     row = handed[1]
     del handed
-    assert buffers.free_obs_slot() == 2  # a view of slot 1 holds it
-    buffers.use_obs_slot(2)
-    assert buffers.free_obs_slot() == 2  # written into, never handed over
+    buffers.choose_obs_slot(step_of_every_env=True)
+    assert buffers.obs_slot == 2  # a row of slot 1's lease holds it
+    buffers.choose_obs_slot(step_of_every_env=True)
+    assert buffers.obs_slot == 2  # written into, never handed over
+    buffers.obs[:] = 2.0
     handed = buffers.renewed_obs()
-    assert buffers.free_obs_slot() == 0  # both held: the next step is copied out of slot 0
+    buffers.choose_obs_slot(step_of_every_env=True)
+    assert buffers.obs_slot == 0  # both held: the next step is copied out of slot 0
+    assert buffers.renewed_obs() is None
     del row
-    assert buffers.free_obs_slot() == 1
-    del handed
-    assert buffers.free_obs_slot() == 1
+    buffers.choose_obs_slot(step_of_every_env=True)
+    assert buffers.obs_slot == 1
+    buffers.obs[:] = 3.0
+    assert (handed == 2.0).all()
+    buffers.choose_obs_slot(step_of_every_env=False)
+    assert buffers.obs_slot == 0  # other calls write into obs as allocated, and are copied out
 
 
 def test_subproc_hands_a_step_of_large_observations_over_without_copying_it(no_leaks):

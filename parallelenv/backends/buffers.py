@@ -10,12 +10,13 @@ messages instead.
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass, field
+import weakref
+from dataclasses import InitVar, dataclass, field
 
 import numpy as np
 from gymnasium import spaces
 
+from parallelenv.backends.handover import LEASES_HOLD_VIEWS, Handover, choose
 from parallelenv.batching import Allocator, Batched, allocate, is_per_env_objects, private_parts
 
 
@@ -36,62 +37,68 @@ class Buffers:
     ended: np.ndarray | None = None
     ended_obs: Batched | None = None
     #: Results of a call on every env are these arrays themselves, lent to the
-    #: caller until the next call rewrites them, rather than copies.
-    lent: bool = False
+    #: caller until the next call rewrites them, rather than copies (``copy=False``).
+    #: An attribute too, set by the front from ``copy``: either way it re-chooses :attr:`handover`.
+    lent: InitVar[bool] = False
     #: Whether a step of every env may hand ``obs`` itself to the caller and
-    #: put a new array in its place (:meth:`renewed_obs`) rather than copy it
-    #: out. Set by backends whose buffers are the caller's own memory, for
+    #: put a new array in its place rather than copy it out (the ``renew``
+    #: handover). Set by backends whose buffers are the caller's own memory, for
     #: observations large enough that the copy costs more than the allocation.
-    renews_obs: bool = False
-    #: Buffers in shared memory hand ``obs`` over by turns instead (see
-    #: :meth:`use_obs_slot`): slot 0 is ``obs`` as allocated, the others are
+    renews_obs: InitVar[bool] = False
+    #: Buffers in shared memory hand ``obs`` over by turns instead (the ``slot``
+    #: handover, see :meth:`use_obs_slot`): slot 0 is ``obs`` as allocated, the others are
     #: spares that a step of every env may be written into and handed over
     #: in, each taken again once the caller has let go of it. Empty: no spares.
     obs_slots: list[np.ndarray] = field(default_factory=list)
     obs_slot: int = 0  # the slot ``obs`` is now
-    # What sys.getrefcount says of a spare no one else holds, read when none
-    # can be: interpreters differ in the references they count (3.14 borrows some).
-    _unheld_refcount: int = field(default=0, init=False, repr=False)
+    #: Per slot, a weak reference to the last lease on it handed to the caller (see handover.Slot).
+    obs_leases: list[weakref.ref[np.ndarray] | None] = field(default_factory=list, repr=False)
+    #: How results reach the caller: chosen from ``lent``, ``renews_obs`` and ``obs_slots`` alone.
+    handover: Handover = field(init=False, repr=False)
     #: The parts of ``obs`` and ``actions`` private to this process (spaces of
     #: no fixed shape), in a fixed order: what a backend whose envs run in other
     #: processes sends along with its calls and replies. Empty for fixed shapes.
     private_obs: list[np.ndarray] = field(init=False, repr=False)
     private_actions: list[np.ndarray] = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, lent: bool, renews_obs: bool) -> None:
         self.private_obs = private_parts(self.obs)
         self.private_actions = private_parts(self.actions)
+        self._lent, self._renews_obs = lent, renews_obs
+        self._choose_handover()
 
-    def renewed_obs(self) -> np.ndarray:
-        """``obs``, now the caller's: its place taken by a new array, which the next call writes
-        (slot 0, for buffers with spare slots: the hosts learn it with that call)."""
-        obs = self.obs
-        if self.obs_slots:
-            self.use_obs_slot(0)
-        else:
-            self.obs = np.empty_like(obs)
-        return obs
+    def _choose_handover(self) -> None:
+        self.handover = choose(self._lent, self._renews_obs, bool(self.obs_slots))
+
+    def _get_lent(self) -> bool:
+        return self._lent
+
+    def _set_lent(self, lent: bool) -> None:
+        self._lent = lent
+        self._choose_handover()
+
+    def _get_renews_obs(self) -> bool:
+        return self._renews_obs
+
+    def _set_renews_obs(self, renews_obs: bool) -> None:
+        self._renews_obs = renews_obs
+        self._choose_handover()
+
+    def renewed_obs(self) -> Batched | None:
+        """The observations of a step of every env, every row written by it, as the caller's own:
+        ``obs`` itself or a lease on its slot, as :attr:`handover` says; None where they are to be copied out."""
+        return self.handover.whole_step_obs(self)
 
     def choose_obs_slot(self, step_of_every_env: bool) -> None:
         """Where a call of every env, with none other in flight (no results are in the buffers),
         writes its observations: a free spare for a step, else slot 0. Nothing without spares."""
-        if self.obs_slots:
-            self.use_obs_slot(self.free_obs_slot() if step_of_every_env else 0)
+        self.handover.before_whole_call(self, step_of_every_env)
 
     def use_obs_slot(self, slot: int) -> None:
         """Make slot ``slot`` ``obs``: where the next calls write their observations."""
         if slot != self.obs_slot:
             self.obs = self.obs_slots[slot]
             self.obs_slot = slot
-
-    def free_obs_slot(self) -> int:
-        """A spare slot that no one outside these buffers holds (the caller let go of the obs
-        handed over in it, and of every view of them), or 0 when every spare is held."""
-        for slot in range(1, len(self.obs_slots)):
-            # ``obs`` is one more reference when it is this slot.
-            if sys.getrefcount(self.obs_slots[slot]) == self._unheld_refcount + (slot == self.obs_slot):
-                return slot
-        return 0
 
     @classmethod
     def allocate(
@@ -113,8 +120,17 @@ class Buffers:
             buffers.ended_obs = allocate(obs_space, num_envs, alloc)
         if spare_obs_slots:
             buffers.obs_slots = [obs, *(allocate(obs_space, num_envs, alloc) for _ in range(spare_obs_slots))]
-            buffers._unheld_refcount = sys.getrefcount(buffers.obs_slots[1])  # held by the list alone
+            buffers.obs_leases = [None] * len(buffers.obs_slots)
+            buffers._choose_handover()
         return buffers
+
+
+# ``lent`` and ``renews_obs`` are arguments of the constructor (InitVar) and
+# attributes that backends and the front set later; as properties, set after
+# the class is made so the dataclass keeps their defaults, each setting
+# chooses the handover again.
+Buffers.lent = property(Buffers._get_lent, Buffers._set_lent)  # type: ignore[assignment]
+Buffers.renews_obs = property(Buffers._get_renews_obs, Buffers._set_renews_obs)  # type: ignore[assignment]
 
 
 # The ended episodes' rows double the observations' share of the buffers
@@ -152,7 +168,8 @@ OBS_SLOT_MAX_BYTES = 8 * 2**20
 
 def spare_obs_slots(obs_space: spaces.Space, num_envs: int, copies_results: bool) -> int:
     """How many spare slots shared buffers of these observations get (see Buffers.use_obs_slot)."""
-    if not copies_results or not isinstance(obs_space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
+    if not (copies_results and LEASES_HOLD_VIEWS) or not isinstance(
+            obs_space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
         return 0
     nbytes = num_envs * _row_nbytes(obs_space)
     return SPARE_OBS_SLOTS if RENEW_OBS_MIN_BYTES <= nbytes <= OBS_SLOT_MAX_BYTES else 0
