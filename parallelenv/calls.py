@@ -35,6 +35,12 @@ class Step:
     # The call tracker passes it instead of leaving those envs out of env_ids
     # only where reading the mask on the host would wait for a device.
     live: Any = None
+    # The caller waits for every env of this step before it does anything
+    # else (``step()``, not ``send()`` and a ``recv`` of some): a backend may
+    # then hand the step's results over all at once, when the last env has
+    # answered (see parallelenv.backends.countdown). The caller's choice,
+    # stated with the call: a backend never guesses it from how it is waited on.
+    awaited: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,7 +204,7 @@ def split_call(call: Call, positions: list[int]) -> Call:
     """Keep only the envs at ``positions`` of ``call.env_ids``, with their per-env data."""
     env_ids = tuple(call.env_ids[p] for p in positions)
     if type(call) is Step:  # the hot path of k-of-n stepping: no dataclasses.replace machinery
-        return Step(env_ids) if call.live is None else Step(env_ids, call.live[positions])
+        return Step(env_ids, None if call.live is None else call.live[positions], call.awaited)
     per_env = per_env_fields(type(call))
     if not per_env:
         return dataclasses.replace(call, env_ids=env_ids)

@@ -68,6 +68,7 @@ class InFlight(ResumesRebuiltEnvs):
         self._ended, self._ended_obs = backend.buffers.ended, backend.buffers.ended_obs
         self.everyone = Selection.of(np.arange(n), n)
         self._step_everyone = Step(self.everyone.env_ids)
+        self._awaited_step_everyone = Step(self.everyone.env_ids, awaited=True)
         self.state = np.zeros(n, dtype=np.int8)
         # The policy's finished envs (they get None results), in the buffers' array kind.
         self.finished = self.arrays.bool_zeros(n)
@@ -118,9 +119,10 @@ class InFlight(ResumesRebuiltEnvs):
         ids = selection.ids
         return lambda: not (self.state[ids] == PENDING).any()
 
-    def send_step(self, selection: Selection, actions: Any) -> None:
+    def send_step(self, selection: Selection, actions: Any, awaited: bool = False) -> None:
         """Step the envs of ``selection`` with the user's ``actions``, checked before anything is
-        sent; the policy's finished envs answer at once with None results instead."""
+        sent; the policy's finished envs answer at once with None results instead. ``awaited``:
+        the caller waits for all of them before anything else (see Step.awaited)."""
         self.require_idle(selection, "send to")
         actions = self.arrays.actions(actions, selection.count)
         self._number_sends(selection)
@@ -146,7 +148,8 @@ class InFlight(ResumesRebuiltEnvs):
             rows = self.arrays.rows(selection)
         self.arrays.put_actions(self.backend.buffers, rows, actions)
         everyone = selection.everyone and live is None
-        self._dispatch(self._step_everyone if everyone else Step(selection.env_ids, live), selection)
+        step_everyone = self._awaited_step_everyone if awaited else self._step_everyone
+        self._dispatch(step_everyone if everyone else Step(selection.env_ids, live, awaited), selection)
 
     def steps_at_once(self) -> bool:
         """Whether a step of every env can go through :meth:`step_at_once` now: under a policy that
@@ -209,7 +212,7 @@ class InFlight(ResumesRebuiltEnvs):
         now = time.monotonic()
         whole = selection.everyone and self.num_pending == 0 and self.num_ready == 0
         if whole:
-            self.backend.buffers.choose_obs_slot(call is self._step_everyone)
+            self.backend.buffers.choose_obs_slot(call is self._step_everyone or call is self._awaited_step_everyone)
             self._whole, self._whole_sent_at = PENDING, now
         else:
             self._per_env()

@@ -331,7 +331,7 @@ class ParallelEnv:
             if received is not None:
                 return self._take_results(selection, align, with_env_id=False, received=received)
         else:
-            self._send(actions, selection)
+            self._send(actions, selection, awaited=True)
         calls.wait(calls.answered(selection), None, drain=True, wanted=selection.count)
         if calls.failures:
             self._raise_env_error(selection, align)
@@ -479,10 +479,10 @@ class ParallelEnv:
             id = id.cpu().numpy()  # ids that came back from a device: one read, outside any step
         return self._calls.select(arguments.env_ids(id, self.num_envs))
 
-    def _send(self, actions: Any, selection: Selection) -> None:
+    def _send(self, actions: Any, selection: Selection, awaited: bool = False) -> None:
         if self._to_torch is not None:
             actions = self._to_torch.actions(actions)
-        self._calls.send_step(selection, actions)
+        self._calls.send_step(selection, actions, awaited)
 
     def _values(self, call: Call, selection: Selection) -> list[Any]:
         """Each env's answer to ``call``, in the order of ``selection``; an EnvError if any raised."""

@@ -2,17 +2,22 @@
 
 A ``step()`` of every env, with a worker per core, sleeps until the last worker
 counts down; a worker with no info to send answers through the countdown
-alone and writes nothing to its pipe. These tests look at the backend's
-countdown (``SubprocBackend.countdown``) on purpose: what they guard against is
-a parent that sleeps on the wrong thing, which no result of a step shows.
+alone and writes nothing to its pipe. ``step()`` says so with the step
+(``Step.awaited``); ``send()`` does not, whatever the caller's recv waits for.
+These tests look at the backend's countdown (``SubprocBackend.countdown``) and
+at what it tells its workers on purpose: what they guard against is a parent
+that sleeps on the wrong thing, which no result of a step shows.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
 from envs import DelayEnv, counting
 
+from parallelenv.backends import wire
 from parallelenv.backends.base import available_cpus
 
 pytestmark = [
@@ -24,9 +29,7 @@ pytestmark = [
 def test_steps_of_every_env_are_counted(make_penv):
     penv = make_penv([counting(tag, 9) for tag in range(4)])
     penv.reset(seed=0)
-    penv.step([1, 1, 1, 1])  # the backend learns that its caller waits for whole steps
-    penv.step([1, 1, 1, 1])
-    penv.step([1, 1, 1, 1])  # odd counts: no infos, so both workers answer quietly
+    penv.step([1, 1, 1, 1])  # the first one already: count 1, no infos, so both workers answer quietly
     countdown = penv.backend.countdown
     assert countdown.answered_quietly(0) and countdown.answered_quietly(1)
 
@@ -38,7 +41,7 @@ def test_a_stray_wake_up_does_not_end_a_counted_step_early(make_penv):
     # answers quietly, later, and nothing would tell a parent woken too early.
     penv = make_penv([lambda: DelayEnv(0, 0.0), lambda: DelayEnv(1, 0.3)])
     penv.reset(seed=0)
-    penv.step([1, 1])  # the next whole step is counted
+    penv.step([1, 1])
     penv.backend.countdown.for_worker(0).wake()  # as if worker 0 had been the last of an earlier step
     obs, *_ = penv.step([1, 1])
     np.testing.assert_array_equal(obs[:, :2], [[0, 2], [1, 2]])  # tag, count
@@ -50,8 +53,6 @@ def test_quiet_and_talking_workers_in_one_step(make_penv):
     # worker with an info answers on its pipe, the other through the countdown alone.
     penv = make_penv([counting(0, 9), counting(1, 9)])
     penv.reset(seed=0)
-    penv.step([1, 1])  # the next whole step is counted
-    penv.reset(seed=0)
     penv.reset(id=[1], options={"start": 1})
     *_, info = penv.step([1, 1])
     np.testing.assert_array_equal(info["_count"], [False, True])
@@ -61,21 +62,58 @@ def test_quiet_and_talking_workers_in_one_step(make_penv):
     assert info["count"][0] == 2
 
 
+@pytest.fixture
+def counted_told(monkeypatch):
+    """Per message the backend makes, whether it tells the worker the step is counted."""
+    told: list[bool] = []
+    encode_call = wire.encode_call
+
+    def spy(call, group_ids, counted=False, *args):
+        told.append(counted)
+        return encode_call(call, group_ids, counted, *args)
+
+    monkeypatch.setattr(wire, "encode_call", spy)
+    return told
+
+
 @pytest.mark.timeout(60)
-def test_after_steps_a_send_and_recv_of_some_hands_over_envs_as_they_answer(make_penv):
-    # Whole steps awaited together are counted; once the caller takes a whole
-    # step's results as they come, the next whole step is not, so a recv of
-    # the fast envs returns without waiting for the slow one.
+def test_step_is_counted_and_send_is_not(make_penv, counted_told):
+    penv = make_penv([counting(tag, 99) for tag in range(4)])
+    penv.reset(seed=0)
+    counted_told.clear()
+    penv.step([1, 1, 1, 1])
+    assert counted_told == [True, True]
+    counted_told.clear()
+    penv.send([1, 1, 1, 1])
+    penv.recv()  # a recv of every env is no promise made when the step was sent
+    assert counted_told == [False, False]
+    counted_told.clear()
+    penv.step([1, 1], id=[0, 1])  # awaited, but the countdown counts every worker
+    assert counted_told == [False]
+    counted_told.clear()
+    penv.step([1, 1, 1, 1])
+    assert counted_told == [True, True]
+
+
+@pytest.mark.timeout(60)
+def test_send_and_a_recv_of_some_hands_over_envs_as_they_answer(make_penv, counted_told):
+    # Whatever steps came before: a whole step taken as it comes is not counted,
+    # so a recv of the fast env returns without waiting for the slow one.
     penv = make_penv([lambda: DelayEnv(0, 0.0), lambda: DelayEnv(1, 0.0)])
     penv.reset(seed=0)
     for _ in range(3):
         penv.step([1, 1])
+    penv.set_env_attr("delay", 1.0, id=[1])
+    counted_told.clear()
     penv.send([1, 1])
-    *_, info = penv.recv(wait_num=1)  # this whole step was counted: both come at once
-    if len(info["env_id"]) < 2:
-        penv.recv()
-    penv.set_env_attr("delay", 0.5, id=[1])
-    penv.send([1, 1])
+    started = time.monotonic()
     *_, info = penv.recv(wait_num=1)
-    assert info["env_id"].tolist() == [0]  # env 1 is still sleeping: this step was not counted
-    penv.recv()
+    assert info["env_id"].tolist() == [0]  # env 1 is still sleeping
+    assert time.monotonic() - started < 0.8
+    obs, *_ = penv.recv()
+    assert obs[:, :2].tolist() == [[1, 4]]  # tag, count: 3 steps since the reset, then this one
+    assert counted_told == [False, False]
+    counted_told.clear()
+    obs, *_ = penv.step([1, 1])  # counted: both come together, once the slow one has answered
+    assert counted_told == [True, True]
+    assert obs[:, :2].tolist() == [[0, 5], [1, 5]]

@@ -57,9 +57,15 @@ class Backend(Protocol):
     def collect(self, timeout: float | None, wanted: int | None = None) -> list[Reply]:
         """Replies that have arrived, waiting up to ``timeout`` s for one.
 
-        ``wanted`` is how many envs' answers the caller waits for (None: every
-        pending one); a backend may wait for that many together rather than
-        hand over the first.
+        ``wanted``: how many more envs' answers the caller needs before its
+        wait is over (None: every pending env's). It shapes this one wait and
+        nothing else: a backend whose every wait is a round trip (Ray) may,
+        when ``wanted`` covers every pending env, wait up to ``timeout`` for
+        all of them together rather than return on the first. Whatever has
+        arrived when the wait ends is returned either way. It never decides
+        how a call is run: that a step's caller waits for all of it is the
+        step's own :attr:`~parallelenv.calls.Step.awaited`, known at dispatch.
+        Backends that wait as cheaply either way ignore it.
         """
         ...
 

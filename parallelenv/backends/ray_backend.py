@@ -203,7 +203,8 @@ class RayBackend:
         ray = self._ray
         refs = list(self._pending)
         # Each ray.wait is a round trip to the core worker: one for all replies
-        # when the caller needs all of them, else the first and whatever else is in.
+        # when the caller needs all of them (see Backend.collect on ``wanted``),
+        # else the first and whatever else is in.
         want_all = wanted is None or wanted >= sum(len(p.call.env_ids) for p in self._pending.values())
         ready, _ = ray.wait(refs, num_returns=len(refs) if want_all else 1, timeout=timeout)
         if not ready:

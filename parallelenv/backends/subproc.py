@@ -6,8 +6,9 @@ per worker, not per env. Observations, rewards and flags go through shared
 memory (see :mod:`parallelenv.backends.shm`); the pipe carries only the call
 and the envs' non-empty infos. The parent blocks in one ``poll`` on the pipes
 and the processes' sentinels, so it takes no core from the envs and learns
-at once when a worker dies; for a step of every env, when its caller waits
-for whole steps (as ``step()`` does), it sleeps instead on a
+at once when a worker dies; for a step of every env whose caller waits for
+all of it (:attr:`Step.awaited <parallelenv.calls.Step.awaited>`, as
+``step()`` says), it sleeps instead on a
 :class:`~parallelenv.backends.countdown.Countdown` that only the last worker
 to answer wakes.
 """
@@ -127,13 +128,6 @@ class SubprocBackend:
         # answer: where workers are restarted, steps are read from the pipes.
         self._counts_steps = num_workers > 1 and has_cores and not config.restarts_workers
         self._counting = False  # a counted step is in flight and its countdown not yet complete
-        self._whole_step_in_flight = False  # a step of every env, the only call in flight
-        # Whether the caller waits for a whole step at once, as step() does, or
-        # takes its envs' results as they come (send(), then recv of some):
-        # learnt from each whole step's collect, and applied to the next one.
-        # A counted step taken as it comes would hand over nothing until its
-        # last env answered; one not counted only costs the parent more wake-ups.
-        self._callers_await_whole_steps = False
         # Workers attach to the shared memory and so register it with a
         # resource tracker: it must be ours, running before they start, or
         # each forked worker starts its own, which unlinks our segment when
@@ -232,11 +226,13 @@ class SubprocBackend:
         return message
 
     def dispatch(self, call: Call) -> None:
-        whole_step = self._is_step_of_all(call) and not any(w.sent for w in self._workers)
-        # Only a step collected whole may be counted: its quiet answers reach
-        # the parent all at once, when the last worker wakes it.
-        counted = whole_step and self._counts_steps and self._callers_await_whole_steps
-        self._whole_step_in_flight = whole_step
+        # Only a step its caller awaits whole may be counted: its quiet answers
+        # reach the parent all at once, when the last worker wakes it. One
+        # taken as it comes (send(), then a recv of some) would hand over
+        # nothing until its last env answered; one not counted only costs the
+        # parent more wake-ups. The countdown is the backend's, one step at a time.
+        counted = (self._counts_steps and type(call) is Step and call.awaited and call.env_ids == self._all_ids
+                   and not any(w.sent for w in self._workers))
         routed = self._route(call)
         for worker, _ in routed:
             if worker.death is not None:
@@ -270,40 +266,35 @@ class SubprocBackend:
         return [(self._workers[group], group_call) for group, group_call in self._groups.split(call)]
 
     def collect(self, timeout: float | None, wanted: int | None = None) -> list[Reply]:
+        """As :meth:`Backend.collect`; ``wanted`` plays no part: a step is counted or not from its dispatch on."""
         if self._unreported:
             raise self._unreported.pop(0).death  # type: ignore[misc]  # set when it was recorded
         if self._carried:
             replies, self._carried = self._carried, []
             return replies
-        if not any(worker.sent for worker in self._workers):
-            return []
-        if self._whole_step_in_flight:
-            # Whether callers wait for whole steps together (step(), not send()
-            # and a recv of some): the next whole step is counted only if they do.
-            self._callers_await_whole_steps = wanted is None or wanted >= self.num_envs
-        replies = []
+        replies: list[Reply] = []
+        dead: list[_Worker] = []
         if self._counting:
-            if self._await_countdown(timeout):
+            # The answers of a counted step that came through the countdown alone; those
+            # with something to say follow on the pipes, read below with everything else.
+            if self._await_countdown(timeout, dead):
                 self._counting = False
             else:
                 timeout = 0.0  # time is up: hand over what has arrived, so only envs still silent count as hung
             replies = self._quiet_answers()
-            if not any(worker.sent for worker in self._workers):
-                return replies
-        events = self._poll.poll(_milliseconds(timeout))
-        dead: list[_Worker] = []
-        for fd, _ in events:
-            worker, is_sentinel = self._by_fd[fd]
-            if worker.death is not None:
-                continue  # its pipe and sentinel may both be in this poll's events
-            if not is_sentinel:
-                try:
-                    replies.append(wire.decode_reply(worker.conn.recv_bytes(), worker.sent.popleft(), self.buffers))
-                    continue
-                except (EOFError, OSError):
-                    pass
-            self._lost(worker)
-            dead.append(worker)
+        if any(worker.sent for worker in self._workers):
+            for fd, _ in self._poll.poll(_milliseconds(timeout)):
+                worker, is_sentinel = self._by_fd[fd]
+                if worker.death is not None:
+                    continue  # its pipe and sentinel may both be in this poll's events
+                if not is_sentinel:
+                    try:
+                        replies.append(wire.decode_reply(worker.conn.recv_bytes(), worker.sent.popleft(), self.buffers))
+                        continue
+                    except (EOFError, OSError):
+                        pass
+                self._lost(worker)
+                dead.append(worker)
         if dead:
             # The replies of the living are the caller's all the same: the next collect hands them over.
             self._carried = replies
@@ -311,8 +302,9 @@ class SubprocBackend:
             raise dead[0].death  # type: ignore[misc]
         return replies
 
-    def _await_countdown(self, timeout: float | None) -> bool:
-        """Sleep until the last worker of a counted step wakes us (True), or ``timeout`` passes."""
+    def _await_countdown(self, timeout: float | None, dead: list[_Worker]) -> bool:
+        """Sleep until the last worker of a counted step wakes us (True), ``timeout`` passes, or
+        workers die (False; they join ``dead``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -321,7 +313,11 @@ class SubprocBackend:
                 return False
             for fd, _ in events:
                 if fd != self._countdown.fileno():
-                    raise self._lost(self._by_fd[fd][0])
+                    worker = self._by_fd[fd][0]
+                    self._lost(worker)
+                    dead.append(worker)
+            if dead:
+                return False
             if self._countdown.complete():
                 return True
 
