@@ -36,7 +36,7 @@ from parallelenv.backends.env_host import EnvSource, common_spaces, env_list, pi
 from parallelenv.backends.groups import Groups
 from parallelenv.backends.shm import SharedBuffers
 from parallelenv.backends.spawning import main_module_not_rerun, single_threaded_numerics, start_context
-from parallelenv.backends.worker import CLOSE, LINGER_S, Attach, Ready, worker_main
+from parallelenv.backends.worker import LINGER_S, Attach, Ready, worker_main
 from parallelenv.calls import Call, Done, Failure, Reply, Step
 from parallelenv.errors import WorkerDiedError
 
@@ -204,7 +204,7 @@ class SubprocBackend:
         spare = spare_obs_slots(obs_space, self.num_envs, copies_results)
         self._shared = SharedBuffers.create(obs_space, action_space, self.num_envs, restarts, spare)
         self.buffers = self._shared.buffers
-        self._attach = wire.encode(Attach(self._shared.name, obs_space, action_space, self.num_envs, restarts, spare))
+        self._attach = wire.ATTACH.encode(Attach(self._shared.name, obs_space, action_space, self.num_envs, restarts, spare))
         for worker in self._workers:
             worker.conn.send_bytes(self._attach)
         for worker in self._workers:
@@ -399,7 +399,7 @@ class SubprocBackend:
         for worker in self._workers:
             if worker.death is None:
                 try:
-                    worker.conn.send_bytes(wire.encode(CLOSE))
+                    worker.conn.send_bytes(wire.CLOSING)
                 except (OSError, EOFError):
                     pass
         deadline = time.monotonic() + CLOSE_GRACE_S

@@ -1,12 +1,24 @@
 """How calls and replies travel over a worker's pipe.
 
-Most messages are pickles. The one that dominates, a step of every env a
-worker hosts, is a single byte, and its reply when no env returned an info
+Every message starts with a header byte that names its kind, and
+:data:`KINDS` is the one table of them: each kind's header, encoder and
+decoder. The receiver looks the header up and lets that kind read the rest;
+nothing is told apart by what it unpickles to. The one message without a
+header is the empty reply (below). While a worker starts, before the first
+call, it reports with plain pickles (``Ready`` or a ``Failure``), which the
+parent waits for and nothing else; no header is a pickle's first byte.
+
+The message that dominates, a step of every env a worker hosts, is its
+header and the obs slot (below), and its reply when no env returned an info
 is an empty message: the results themselves are already in shared memory,
 and the parent knows which call a reply answers because each worker answers
-in the order it was asked. A step of some of a worker's envs (``send`` to a
-few envs, or one half of them in overlapped collection) is a byte and their
-ids as 32-bit integers: pickling it costs the parent tens of microseconds.
+in the order it was asked. Such a step is *counted* when the parent sleeps
+on the countdown rather than on the pipes (see
+:mod:`parallelenv.backends.countdown`); the backend decides it, and its
+own header tells the worker. A step of some of a worker's envs (``send`` to
+a few envs, or one half of them in overlapped collection) is the header and
+their ids as 32-bit integers: pickling it costs the parent tens of
+microseconds.
 
 Shared buffers may hand observations over in turns (see
 ``Buffers.use_obs_slot``): a step of a whole group names the slot its
@@ -24,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,21 +47,8 @@ from parallelenv.backends.buffers import Buffers
 from parallelenv.batching import read_private_rows, write_private_rows
 from parallelenv.calls import NO_RESULT_CALLS, Done, Failure, Step, method_name, per_env_fields
 
-_STEP_GROUP = b"s"  # pickles start with b"\x80", so one byte cannot be mistaken for one
-_STEP_GROUP_COUNTED = b"c"
-_STEP_SOME = b"p"  # followed by the env ids, as int32
-_USE_OBS_SLOT = b"u"  # followed by the slot, as a byte, and the call
 _STEP_ID = np.dtype(np.int32)
-_STEP_DONE_NO_INFO = b""
-
-
-@dataclass(frozen=True)
-class CountedStep:
-    """A step of the worker's whole group, counted down on the backend's
-    countdown (see :mod:`parallelenv.backends.countdown`): the worker that
-    answers last wakes the parent, and an answer without infos is only counted."""
-
-    step: Step
+QUIET = b""  # the reply to a step when no env returned an info: its results are all in shared memory
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,26 @@ class WithRows:
     message: Any
     env_ids: tuple[int, ...]
     rows: list[Any]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of message, an entry of :data:`KINDS`: its header byte, what follows it, and how it is read.
+
+    ``payload(*args)`` makes what follows the header from the encoder's
+    arguments; ``decode`` reads the whole message, header included: on a
+    worker with its :class:`CallReader` (a call and whether it is counted),
+    on the parent with the env ids and buffers of the call it answers.
+    """
+
+    name: str
+    header: bytes
+    to_worker: bool  # a call, read by a worker; else a reply, read by the parent
+    payload: Callable[..., bytes]
+    decode: Callable[..., Any]
+
+    def encode(self, *args: Any) -> bytes:
+        return self.header + self.payload(*args)
 
 
 def encode(message: Any) -> bytes:
@@ -73,6 +93,10 @@ def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, bu
     """A call as the worker will read it; a step carries its actions' rows of ``buffers``' private parts,
     and a call for a worker whose obs slot (``worker_obs_slot``) is not the buffers' now names theirs.
 
+    ``counted``: the call is a step of the worker's whole group ``group_ids``
+    that the parent collects through the countdown; the backend decides
+    that, from the caller's :attr:`Step.awaited` and what else is in flight.
+
     cloudpickle, not pickle: a function or class the user defined in the
     script being run (``__main__``) pickles by reference, and the worker's
     ``__main__`` is not that script; cloudpickle sends such objects by value.
@@ -80,24 +104,41 @@ def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, bu
     is sent anything.
     """
     obs_slot = 0 if buffers is None else buffers.obs_slot
-    if type(call) is Step and not (buffers is not None and buffers.private_actions) and call.env_ids == group_ids:
-        return (_STEP_GROUP_COUNTED if counted else _STEP_GROUP) + _SLOT_BYTES[obs_slot]
-    message = _encode_call(call, counted, buffers)
-    return message if obs_slot == worker_obs_slot else _USE_OBS_SLOT + _SLOT_BYTES[obs_slot] + message
+    private = buffers is not None and buffers.private_actions
+    is_step = type(call) is Step
+    if is_step and not private and call.live is None and call.env_ids == group_ids:
+        return (_COUNTED_GROUP_STEPS if counted else _GROUP_STEPS)[obs_slot]
+    if counted and not (is_step and call.live is None and call.env_ids == group_ids):
+        # The worker would answer on its pipe, and the parent wait on the countdown for it.
+        raise ValueError(f"only a step of a worker's whole group can be counted, not {call!r}")
+    if is_step and private:
+        message = (COUNTED_STEP_WITH_ROWS if counted else STEP_WITH_ROWS).encode(call, buffers)
+    elif is_step and call.live is None:
+        message = STEP_OF_SOME.encode(call.env_ids)
+    else:
+        message = CALL.encode(call)
+    return message if obs_slot == worker_obs_slot else USE_OBS_SLOT.encode(obs_slot, message)
 
 
-_SLOT_BYTES = [bytes([slot]) for slot in range(256)]
+def _slot(obs_slot: int) -> bytes:
+    return bytes([obs_slot])
 
 
-def _encode_call(call: Any, counted: bool, buffers: Buffers | None) -> bytes:
-    if type(call) is Step:
-        if buffers is not None and buffers.private_actions:
-            message = CountedStep(call) if counted else call
-            rows = read_private_rows(buffers.private_actions, call.env_ids)
-            return encode_user_data(WithRows(message, call.env_ids, rows), call)
-        if call.live is None:
-            return _STEP_SOME + np.array(call.env_ids, dtype=_STEP_ID).tobytes()
+def _step_ids(env_ids: tuple[int, ...]) -> bytes:
+    return np.array(env_ids, dtype=_STEP_ID).tobytes()
+
+
+def _step_with_rows(step: Step, buffers: Buffers) -> bytes:
+    rows = read_private_rows(buffers.private_actions, step.env_ids)
+    return encode_user_data(WithRows(step, step.env_ids, rows), step)
+
+
+def _call(call: Any) -> bytes:
     return encode_user_data(call, call)
+
+
+def _switched(obs_slot: int, message: bytes) -> bytes:
+    return bytes([obs_slot]) + message
 
 
 def encode_user_data(message: Any, call: Any) -> bytes:
@@ -122,41 +163,109 @@ def _what_cannot_travel(call: Any) -> str:
     return "what was passed"
 
 
-def decode_call(data: bytes, group_step: Step, counted_group_step: CountedStep, buffers: Buffers | None = None) -> Any:
-    """The call, a :class:`CountedStep`, or another message (``Close``); ``group_step`` is the worker's whole group.
+class CallReader:
+    """A worker's end of its pipe: its buffers, and the step of its whole group, made once.
 
-    The action rows a step brings are written into ``buffers`` here, and the obs slot it names made theirs.
+    The action rows a step brings are written into ``buffers`` as it is
+    read, and the obs slot a call names is made theirs.
     """
-    head = data[:1]
-    if head == _USE_OBS_SLOT:
-        assert buffers is not None, "an obs slot needs the buffers it is one of"
-        buffers.use_obs_slot(data[1])
-        data = data[2:]
-        head = data[:1]
-    if head == _STEP_GROUP or head == _STEP_GROUP_COUNTED:
-        if buffers is not None:
-            buffers.use_obs_slot(data[1])
-        return group_step if head == _STEP_GROUP else counted_group_step
-    if head == _STEP_SOME:
-        return Step(tuple(np.frombuffer(data, _STEP_ID, offset=1).tolist()))
-    message = pickle.loads(data)
-    if isinstance(message, WithRows):
-        assert buffers is not None, "a step with action rows needs the buffers to write them into"
-        write_private_rows(buffers.private_actions, message.env_ids, message.rows)
-        message = message.message
-        if isinstance(message, CountedStep):  # the worker knows a counted step by its own object
-            return counted_group_step
-    return message
+
+    def __init__(self, group_ids: tuple[int, ...], buffers: Buffers | None = None) -> None:
+        self.buffers = buffers
+        group_step = Step(group_ids)
+        # What the hot path returns: made once, not on every step.
+        self.group_step = (group_step, False)
+        self.counted_group_step = (group_step, True)
+
+    def use_obs_slot(self, obs_slot: int) -> None:
+        if self.buffers is not None:
+            self.buffers.use_obs_slot(obs_slot)
+
+
+class UnknownMessage(ValueError):
+    """A message whose first byte names no kind of message that end reads."""
+
+
+def decode_call(data: bytes, reader: CallReader) -> tuple[Any, bool]:
+    """The call in ``data`` and whether it is counted; ``(None, False)`` when the worker is to close.
+
+    A call that is not a step (``Attach`` included) is what the parent sent, unpickled.
+    """
+    try:
+        kind = _CALLS[data[0]]
+    except (KeyError, IndexError):
+        raise UnknownMessage(_unknown(data, "call")) from None
+    return kind.decode(data, reader)
+
+
+def decode_attach(data: bytes) -> Any:
+    """What a starting worker reads once it has reported its spaces: the ``Attach``, or None to close."""
+    try:
+        kind = _CALLS[data[0]]
+    except (KeyError, IndexError):
+        kind = None
+    if kind is not ATTACH and kind is not CLOSE:
+        raise UnknownMessage(_unknown(data, "attach or close"))
+    return kind.decode(data, CallReader(()))[0]
+
+
+def _unknown(data: bytes, expected: str) -> str:
+    head = f"header byte {data[:1]!r}" if data else "an empty message"
+    known = ", ".join(f"{kind.header!r} ({kind.name})" for kind in KINDS)
+    return f"expected a {expected}, got {head}; the kinds of message are {known}"
+
+
+def _read_group_step(data: bytes, reader: CallReader) -> tuple[Step, bool]:
+    reader.use_obs_slot(data[1])
+    return reader.group_step
+
+
+def _read_counted_group_step(data: bytes, reader: CallReader) -> tuple[Step, bool]:
+    reader.use_obs_slot(data[1])
+    return reader.counted_group_step
+
+
+def _read_step_of_some(data: bytes, reader: CallReader) -> tuple[Step, bool]:
+    return Step(tuple(np.frombuffer(data, _STEP_ID, offset=1).tolist())), False
+
+
+def _read_rows(data: bytes, reader: CallReader) -> Any:
+    message = pickle.loads(memoryview(data)[1:])
+    assert reader.buffers is not None, "a step with action rows needs the buffers to write them into"
+    write_private_rows(reader.buffers.private_actions, message.env_ids, message.rows)
+    return message.message
+
+
+def _read_step_with_rows(data: bytes, reader: CallReader) -> tuple[Step, bool]:
+    return _read_rows(data, reader), False
+
+
+def _read_counted_step_with_rows(data: bytes, reader: CallReader) -> tuple[Step, bool]:
+    return _read_rows(data, reader), True
+
+
+def _read_pickled(data: bytes, reader: CallReader | None = None) -> tuple[Any, bool]:
+    return pickle.loads(memoryview(data)[1:]), False
+
+
+def _read_switched(data: bytes, reader: CallReader) -> tuple[Any, bool]:
+    assert reader.buffers is not None, "an obs slot needs the buffers it is one of"
+    reader.use_obs_slot(data[1])
+    return decode_call(data[2:], reader)
+
+
+def _read_close(data: bytes, reader: CallReader) -> tuple[None, bool]:
+    return None, False
 
 
 def is_quiet(encoded_reply: bytes) -> bool:
     """Whether a step's reply says no more than its results in shared memory do."""
-    return encoded_reply == _STEP_DONE_NO_INFO
+    return encoded_reply == QUIET
 
 
 @dataclass(frozen=True)
 class Unreadable:
-    """The reply to a call the worker could not unpickle (e.g. a module it cannot import)."""
+    """The reply to a call the worker could not read (a module it cannot import, a header it does not know)."""
 
     exc_type: str
     message: str
@@ -165,17 +274,20 @@ class Unreadable:
 
 def unreadable(exc: BaseException) -> bytes:
     failure = Failure.from_exception(-1, "", exc)
-    return encode(Unreadable(failure.exc_type, failure.message, failure.traceback))
+    return UNREADABLE.encode(Unreadable(failure.exc_type, failure.message, failure.traceback))
 
 
 def encode_reply(reply: Done, buffers: Buffers | None = None) -> bytes:
     """``reply`` as the parent reads it; one that leaves results brings its envs' rows of ``buffers``' private parts."""
     private = buffers.private_obs if buffers is not None else None
-    if reply.call_type is Step and not reply.values and not reply.failures and not private:
-        return _STEP_DONE_NO_INFO
-    message: Done | WithRows = reply
+    if reply.call_type is Step and not reply.values and not reply.failures and reply.info is None and not private:
+        return QUIET
     if private and reply.call_type not in NO_RESULT_CALLS:
-        message = WithRows(reply, reply.env_ids, read_private_rows(private, reply.env_ids))
+        return DONE_WITH_ROWS.encode(WithRows(reply, reply.env_ids, read_private_rows(private, reply.env_ids)))
+    return DONE.encode(reply)
+
+
+def _sendable_pickle(message: Done | WithRows) -> bytes:
     try:
         return encode(message)
     except Exception:  # an info, attribute, return value or observation that cannot be pickled
@@ -187,21 +299,34 @@ def decode_reply(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None 
 
     The observation rows it brings are written into ``buffers`` here.
     """
-    if data == _STEP_DONE_NO_INFO:
+    if data == QUIET:
         return Done(Step, env_ids, {})
-    reply = pickle.loads(data)
-    if isinstance(reply, Unreadable):
-        failures = tuple(
-            Failure(i, "unpickle", reply.exc_type, f"the worker could not read the call: {reply.message}", reply.traceback)
-            for i in env_ids
-        )
-        # A step of a whole group is one byte that always reads: this call was no step.
-        return Done(type(None), env_ids, {}, failures)
-    if isinstance(reply, WithRows):
-        assert buffers is not None, "a reply with observation rows needs the buffers to write them into"
-        write_private_rows(buffers.private_obs, reply.env_ids, reply.rows)
-        reply = reply.message
-    return reply
+    try:
+        kind = _REPLIES[data[0]]
+    except KeyError:
+        raise UnknownMessage(_unknown(data, "reply")) from None
+    return kind.decode(data, env_ids, buffers)
+
+
+def _read_done(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None) -> Done:
+    return pickle.loads(memoryview(data)[1:])
+
+
+def _read_done_with_rows(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None) -> Done:
+    message = pickle.loads(memoryview(data)[1:])
+    assert buffers is not None, "a reply with observation rows needs the buffers to write them into"
+    write_private_rows(buffers.private_obs, message.env_ids, message.rows)
+    return message.message
+
+
+def _read_unreadable(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None) -> Done:
+    reply = pickle.loads(memoryview(data)[1:])
+    failures = tuple(
+        Failure(i, "unpickle", reply.exc_type, f"the worker could not read the call: {reply.message}", reply.traceback)
+        for i in env_ids
+    )
+    # A step of a whole group is two bytes that always read: this call was no step.
+    return Done(type(None), env_ids, {}, failures)
 
 
 def _sendable(message: Done | WithRows) -> Done | WithRows:
@@ -243,3 +368,47 @@ def _failing(reply: Done, failures: list[Failure]) -> Done:
     failed = {failure.env_index for failure in failures}
     values = {env_id: value for env_id, value in reply.values.items() if env_id not in failed}
     return Done(reply.call_type, reply.env_ids, values, (*reply.failures, *failures), reply.info)
+
+
+def _nothing() -> bytes:
+    return b""
+
+
+# The table of every kind of message; the parent sends the first ones, workers the last ones.
+GROUP_STEP = Kind("step of the worker's whole group, and its obs slot", b"s", True, _slot, _read_group_step)
+COUNTED_GROUP_STEP = Kind("counted step of the worker's whole group, and its obs slot", b"c", True, _slot,
+                          _read_counted_group_step)
+STEP_OF_SOME = Kind("step of some envs, their ids as int32", b"p", True, _step_ids, _read_step_of_some)
+STEP_WITH_ROWS = Kind("step with its envs' private action rows", b"r", True, _step_with_rows, _read_step_with_rows)
+COUNTED_STEP_WITH_ROWS = Kind("counted step of the worker's whole group with its private action rows", b"R", True,
+                              _step_with_rows, _read_counted_step_with_rows)
+CALL = Kind("any other call, pickled", b"k", True, _call, _read_pickled)
+USE_OBS_SLOT = Kind("obs slot for the call that follows", b"u", True, _switched, _read_switched)
+ATTACH = Kind("the shared buffers to attach to", b"a", True, encode, _read_pickled)
+CLOSE = Kind("close", b"q", True, _nothing, _read_close)
+DONE = Kind("reply", b"d", False, _sendable_pickle, _read_done)
+DONE_WITH_ROWS = Kind("reply with its envs' private observation rows", b"w", False, _sendable_pickle,
+                      _read_done_with_rows)
+UNREADABLE = Kind("the call could not be read", b"x", False, encode, _read_unreadable)
+KINDS = (GROUP_STEP, COUNTED_GROUP_STEP, STEP_OF_SOME, STEP_WITH_ROWS, COUNTED_STEP_WITH_ROWS, CALL, USE_OBS_SLOT,
+         ATTACH, CLOSE, DONE, DONE_WITH_ROWS, UNREADABLE)
+
+
+def _by_header(to_worker: bool) -> dict[int, Kind]:
+    kinds = {}
+    for kind in KINDS:
+        # Headers are distinct in both directions, so that a message read at the wrong end is an
+        # error; and none is a pickle's first byte, so that no startup report reads as a message.
+        if len(kind.header) != 1 or kind.header in (b"\x80", *(k.header for k in KINDS if k is not kind)):
+            raise RuntimeError(f"the header {kind.header!r} of {kind.name!r} is not a byte of its own")
+        if kind.to_worker == to_worker:
+            kinds[kind.header[0]] = kind
+    return kinds
+
+
+_CALLS = _by_header(to_worker=True)
+_REPLIES = _by_header(to_worker=False)
+# The hot path's messages, one per obs slot, made once.
+_GROUP_STEPS = [GROUP_STEP.encode(obs_slot) for obs_slot in range(256)]
+_COUNTED_GROUP_STEPS = [COUNTED_GROUP_STEP.encode(obs_slot) for obs_slot in range(256)]
+CLOSING = CLOSE.encode()

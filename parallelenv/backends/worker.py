@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import os
-import pickle
 import select
 import signal
 import time
@@ -27,7 +26,7 @@ from parallelenv.backends.countdown import WorkerCountdown
 from parallelenv.backends.env_host import EnvGroup, make_envs
 from parallelenv.backends.lifeline import tie_to_parent
 from parallelenv.backends.shm import SharedBuffers
-from parallelenv.calls import Failure, Step
+from parallelenv.calls import Failure
 
 
 @dataclass(frozen=True)
@@ -43,14 +42,6 @@ class Attach:
     num_envs: int
     restarts: bool  # the buffers hold the rows of ended episodes (see Buffers.allocate)
     spare_obs_slots: int  # see Buffers.use_obs_slot
-
-
-@dataclass(frozen=True)
-class Close:
-    pass
-
-
-CLOSE = Close()
 
 
 def worker_main(
@@ -74,8 +65,8 @@ def worker_main(
         return
     shared = None
     try:
-        attach = pickle.loads(conn.recv_bytes())
-        if isinstance(attach, Close):
+        attach = wire.decode_attach(conn.recv_bytes())
+        if attach is None:  # the parent closes before the envs were ever used
             return
         shared = SharedBuffers.attach(
             attach.segment_name, attach.observation_space, attach.action_space, attach.num_envs, attach.restarts,
@@ -149,8 +140,7 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
     """Answer calls in order; a counted step is answered through ``countdown`` (see its module)."""
     recv, send, run = conn.recv_bytes, conn.send_bytes, group.run
     buffers = group.buffers  # its parts of no fixed shape are this process's own: they travel with the messages
-    group_step = Step(group.all_ids)
-    counted_group_step = wire.CountedStep(group_step)
+    reader = wire.CallReader(group.all_ids, buffers)
     incoming = select.poll()
     incoming.register(conn.fileno(), select.POLLIN)
     while True:
@@ -158,16 +148,16 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
             linger(incoming, linger_s)
         data = recv()
         try:
-            message = wire.decode_call(data, group_step, counted_group_step, buffers)
-        except Exception as exc:  # the caller's data needs what this process cannot import
+            call, counted = wire.decode_call(data, reader)
+        except Exception as exc:  # the caller's data needs what this process cannot import, or is no call
             send(wire.unreadable(exc))
             continue
-        if isinstance(message, Close):
+        if call is None:
             return
-        if message is not counted_group_step:
-            send(wire.encode_reply(run(message), buffers))
+        if not counted:
+            send(wire.encode_reply(run(call), buffers))
             continue
-        reply = wire.encode_reply(run(message.step), buffers)
+        reply = wire.encode_reply(run(call), buffers)
         quiet = wire.is_quiet(reply)
         # Wake the parent before writing: it sleeps on the countdown, not on
         # the pipes, so a reply larger than the pipe's buffer would block here
