@@ -8,7 +8,7 @@ wrappers written for Gymnasium read our infos unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -63,21 +63,67 @@ def vector_info(infos: Iterable[tuple[int, dict[str, Any]]], n: int) -> dict[str
     return vector
 
 
-def env_info(vector: dict[str, Any], position: int) -> dict[str, Any]:
-    """The info of the env at ``position`` out of a vector info: the keys its masks set."""
+# How an env's 0-d values come out of a vector info, for env_info's ``scalars``.
+# The callers want different things of the same rows, so each names its choice:
+
+
+def numpy_scalars_as_python(item: Any) -> Any:
+    """NumPy scalars as Python's; a torch tensor's 0-d rows stay tensors, on their device.
+
+    The default: what a loop over one env's infos expects (SB3's info dicts,
+    the rollout's per-env infos, overlap's per-env results).
+    """
+    return item.item() if isinstance(item, np.generic) else item
+
+
+def every_scalar_as_python(item: Any) -> Any:
+    """Every 0-d value as a Python scalar: NumPy's, a 0-d array's and a torch tensor's.
+
+    For ``align="batch"``, whose per-env reward and flags are Python scalars
+    too: the tensor backend's infos reach it as tensors with a row per env.
+    """
+    return item.item() if getattr(item, "ndim", None) == 0 else item
+
+
+# NumPy's dtypes for Python's own scalars: a 0-d info value of one of these
+# was most likely the Python scalar itself when the env returned it.
+_PYTHON_SCALAR_DTYPES = frozenset({np.dtype(bool), np.dtype(int), np.dtype(float)})
+
+
+def python_dtypes_as_python(item: Any) -> Any:
+    """NumPy scalars of Python's own dtypes as Python's; the others (an ``np.int32``) keep their type.
+
+    For the Gymnasium view, which merges per-env infos again as Gymnasium's
+    ``_add_info`` does, picking an array's dtype from its first value: an
+    ``np.int32`` gives an int32 array as in ``SyncVectorEnv``, and an
+    ``np.bool_``, no ``np.number``, would give an object array.
+    """
+    return item.item() if isinstance(item, np.generic) and item.dtype in _PYTHON_SCALAR_DTYPES else item
+
+
+def env_info(
+    vector: Mapping[str, Any], position: int, scalars: Callable[[Any], Any] = numpy_scalars_as_python
+) -> dict[str, Any]:
+    """The info of the env at ``position`` out of a vector info: the keys its masks set, nested dicts as dicts.
+
+    A key without a ``"_" + key`` mask is every env's. ``vector[key]`` may be
+    anything indexed by position (NumPy arrays, object arrays, torch
+    tensors) and ``vector`` any Mapping of this layout, so a vector info
+    read in place from columns, a value column and a presence column per
+    key, serves every caller as a dict does. ``scalars`` turns each 0-d value
+    into what the caller wants (one of the functions above).
+    """
     info: dict[str, Any] = {}
     for key, value in vector.items():
         if key.startswith("_"):
             continue
-        if isinstance(value, dict):
-            nested = env_info(value, position)
-            if nested or vector.get("_" + key, np.zeros(position + 1, bool))[position]:
-                info[key] = nested
-            continue
         mask = vector.get("_" + key)
-        if mask is None or mask[position]:
-            item = value[position]
-            info[key] = item.item() if isinstance(item, np.generic) else item
+        if mask is not None and not mask[position]:
+            continue
+        if isinstance(value, Mapping):
+            info[key] = env_info(value, position, scalars)
+        else:
+            info[key] = scalars(value[position])
     return info
 
 

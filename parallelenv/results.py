@@ -13,7 +13,7 @@ import numpy as np
 from parallelenv.array_kinds import NumpyArrays
 from parallelenv.batching import Batched, unbatch
 from parallelenv.inflight import Received
-from parallelenv.infos import vector_info
+from parallelenv.infos import env_info, every_scalar_as_python, vector_info
 
 NONE_RESULT: tuple[Any, ...] = (None, None, True, False, {})
 
@@ -88,7 +88,7 @@ def batch_results(
     for p, i in enumerate(ids.tolist()):
         info = received.infos.get(i, {})
         if received.batched_info is not None:
-            info = {**info, **env_info(received.batched_info, p)}
+            info = {**info, **env_info(received.batched_info, p, every_scalar_as_python)}
         if ended[p]:
             info = {**info, "ended_state": received.ended_state[p], "reset": True}
         if env_ids is not None:
@@ -100,20 +100,3 @@ def batch_results(
         else:
             results.append((unbatch(obs, p), reward[p], terminated[p], truncated[p], info))
     return results
-
-
-def env_info(info: dict[str, Any], position: int) -> dict[str, Any]:
-    """One env's entries of a vector info: those its mask sets, 0-d values as Python scalars."""
-    entry: dict[str, Any] = {}
-    for key, value in info.items():
-        if key.startswith("_"):
-            continue
-        mask = info.get("_" + key)
-        if mask is not None and not bool(mask[position]):
-            continue
-        if isinstance(value, dict):
-            entry[key] = env_info(value, position)
-            continue
-        item = value[position]
-        entry[key] = item.item() if getattr(item, "ndim", None) == 0 else item
-    return entry

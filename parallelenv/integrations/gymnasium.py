@@ -36,13 +36,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from parallelenv.batching import allocate, as_gymnasium_batch, check_batch, private_parts, put, take, zeros
 from parallelenv.calls import Arguments
-from parallelenv.infos import RESTART_KEYS
+from parallelenv.infos import RESTART_KEYS, env_info, python_dtypes_as_python
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.policies import Policy
-
-# NumPy's dtypes for Python's own scalars: a 0-d info value of one of these
-# was most likely the Python scalar itself when the env returned it.
-_PYTHON_SCALAR_DTYPES = frozenset({np.dtype(bool), np.dtype(int), np.dtype(float)})
 
 
 def autoreset_modes(policy: Policy) -> tuple[AutoresetMode, ...]:
@@ -199,7 +195,9 @@ class GymnasiumVectorEnv(VectorEnv):
             put(obs, step_ids, step_obs)
             reward[step_ids], terminated[step_ids], truncated[step_ids] = step_reward, step_terminated, step_truncated
             parts.append((step_ids, info))
-        entries = {i: _entry(part, p) for ids, part in parts for p, i in enumerate(ids.tolist())}
+        entries = {
+            i: env_info(part, p, python_dtypes_as_python) for ids, part in parts for p, i in enumerate(ids.tolist())
+        }
         infos: dict[str, Any] = {}
         for i in sorted(entries):
             infos = self._add_info(infos, entries[i], i)
@@ -212,7 +210,7 @@ class GymnasiumVectorEnv(VectorEnv):
             return info
         infos: dict[str, Any] = {}
         for p in range(self.num_envs):
-            entry = _entry(info, p)
+            entry = env_info(info, p, python_dtypes_as_python)
             if ended[p]:
                 final_obs, reset_info = entry.pop("ended_state"), entry.pop("reset_info", {})
                 step_info = {key: value for key, value in entry.items() if key not in RESTART_KEYS}
@@ -277,25 +275,3 @@ def _spread(info: dict[str, Any], ids: np.ndarray, n: int) -> dict[str, Any]:
         full[ids] = value
         spread[key] = full
     return spread
-
-
-def _entry(info: dict[str, Any], position: int) -> dict[str, Any]:
-    """The info of the env at ``position`` out of a vector info, each value as the env most likely gave it.
-
-    Arrays keep their rows and NumPy scalars their dtype (an ``np.int32``
-    stays one); a 0-d value of Python's own int, float or bool dtype becomes
-    that Python scalar.
-    """
-    entry: dict[str, Any] = {}
-    for key, value in info.items():
-        if key.startswith("_"):
-            continue
-        mask = info.get("_" + key)
-        if mask is not None and not mask[position]:
-            continue
-        if isinstance(value, dict):
-            entry[key] = _entry(value, position)
-            continue
-        item = value[position]
-        entry[key] = item.item() if isinstance(item, np.generic) and item.dtype in _PYTHON_SCALAR_DTYPES else item
-    return entry

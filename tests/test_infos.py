@@ -1,0 +1,82 @@
+"""One env's info out of a vector info: the one ``env_info`` that every consumer reads with."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import numpy as np
+import pytest
+
+from parallelenv.infos import (
+    env_info,
+    every_scalar_as_python,
+    numpy_scalars_as_python,
+    python_dtypes_as_python,
+    vector_info,
+)
+
+
+def merged() -> dict:
+    """Env 0 sets every kind of value, env 1 a few, env 2 nothing."""
+    return vector_info(
+        [
+            (0, {"count": 3, "small": np.int32(4), "flag": np.bool_(True), "row": np.arange(2.0),
+                 "name": "a", "nested": {"depth": 1.5}, "empty": {}}),
+            (1, {"count": 5, "name": 7}),  # "name" turns the column into objects
+        ],
+        3,
+    )
+
+
+def test_keys_are_those_the_masks_set_and_nested_dicts_follow_theirs():
+    vector = merged()
+    first = env_info(vector, 0)
+    np.testing.assert_array_equal(first.pop("row"), [0.0, 1.0])
+    assert first == {"count": 3, "small": 4, "flag": True, "name": "a", "nested": {"depth": 1.5}, "empty": {}}
+    assert env_info(vector, 1) == {"count": 5, "name": 7}
+    assert env_info(vector, 2) == {}
+
+
+def test_a_key_with_no_mask_is_every_envs():
+    vector = {"seen": np.array([1, 2]), "nested": {"x": np.array([3, 4])}}
+    assert env_info(vector, 1) == {"seen": 2, "nested": {"x": 4}}
+
+
+@pytest.mark.parametrize(
+    ("scalars", "count", "small", "flag"),
+    [
+        (numpy_scalars_as_python, int, int, bool),
+        (every_scalar_as_python, int, int, bool),
+        (python_dtypes_as_python, int, np.int32, bool),  # Gymnasium's _add_info makes an int32 column of it again
+    ],
+)
+def test_each_caller_picks_how_numpy_scalars_come_out(scalars, count, small, flag):
+    info = env_info(merged(), 0, scalars)
+    assert (type(info["count"]), type(info["small"]), type(info["flag"])) == (count, small, flag)
+    assert type(info["nested"]["depth"]) is float and isinstance(info["row"], np.ndarray)
+
+
+def test_a_0d_array_among_objects_is_a_scalar_for_align_batch_only():
+    vector = {"x": np.array([np.array(2.5), None], dtype=object), "_x": np.array([True, False])}
+    assert type(env_info(vector, 0, every_scalar_as_python)["x"]) is float
+    assert isinstance(env_info(vector, 0)["x"], np.ndarray)
+
+
+def test_torch_rows_stay_tensors_but_for_align_batch():
+    torch = pytest.importorskip("torch")
+    vector = {"x": torch.tensor([1.5, 2.5]), "_x": torch.tensor([False, True]), "obs": torch.zeros(2, 3)}
+    assert list(env_info(vector, 0, every_scalar_as_python)) == ["obs"]
+    batch = env_info(vector, 1, every_scalar_as_python)
+    assert type(batch["x"]) is float and batch["x"] == 2.5 and batch["obs"].shape == (3,)
+    default = env_info(vector, 1)
+    assert isinstance(default["x"], torch.Tensor) and default["x"].ndim == 0
+    assert "x" not in env_info(vector, 0)
+
+
+def test_any_mapping_of_columns_serves_as_a_dict_does():
+    """Value and presence columns read in place (here read-only views) give what the merged dict gives."""
+    vector = merged()
+    columns = MappingProxyType({key: MappingProxyType(value) if isinstance(value, dict) else value
+                                for key, value in vector.items()})
+    for position in range(3):
+        assert str(env_info(columns, position)) == str(env_info(vector, position))
