@@ -15,8 +15,9 @@ import time
 
 import numpy as np
 import pytest
-from envs import DelayEnv, counting
+from envs import DelayEnv, FaultyEnv, counting
 
+from parallelenv import WorkerDiedError
 from parallelenv.backends import wire
 from parallelenv.backends.base import available_cpus
 
@@ -117,3 +118,18 @@ def test_send_and_a_recv_of_some_hands_over_envs_as_they_answer(make_penv, count
     obs, *_ = penv.step([1, 1])  # counted: both come together, once the slow one has answered
     assert counted_told == [True, True]
     assert obs[:, :2].tolist() == [[0, 5], [1, 5]]
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_that_dies_in_a_counted_step_fails_that_step(make_penv, counted_told):
+    # The parent sleeps on the countdown, which the dead worker never counts
+    # down: its sentinel, watched beside the countdown, ends the wait.
+    penv = make_penv([counting(0, 99), counting(1, 99), lambda: FaultyEnv(2, at_step=2, how="exit"), counting(3, 99)])
+    penv.reset(seed=0)
+    penv.step([1, 1, 1, 1])
+    counted_told.clear()
+    with pytest.raises(WorkerDiedError) as caught:
+        penv.step([1, 1, 1, 1])
+    assert counted_told == [True, True]
+    assert caught.value.env_indices == [2, 3]
+    assert "exited with code 3" in caught.value.reason

@@ -6,8 +6,8 @@ each of those wake-ups lands on a core an env is using, and on a virtual
 machine a wake-up is tens of microseconds of the waker's time: measured here,
 the worker sharing a core with the parent took ~120 us longer per CartPole
 step of its 32 envs than the other one. For ``step()`` of every env (the
-common case) with a worker per core (see ``SubprocBackend`` for why not with
-more workers), the workers count down on a shared counter instead, and only
+common case; the step says so, see ``Step.awaited``) with a worker per core
+(see ``SubprocBackend`` for why not with more workers), the workers count down on a shared counter instead, and only
 the one that takes it to zero writes a byte to the pipe the parent sleeps on.
 
 A worker whose envs returned no info has nothing to say beyond what is in
