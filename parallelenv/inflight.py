@@ -1,52 +1,39 @@
-"""Where each env's call stands: the state machine between the front object and a backend.
+"""The calls in flight on a backend's envs: dispatch, wait, absorb replies, hand over results.
 
-Every env is IDLE, PENDING (a call was dispatched, no reply yet) or READY (a
-step result arrived and waits to be received). :class:`InFlight` dispatches
-calls, absorbs the backend's replies, keeps the policy's ``finished`` mask,
-and is the one place that waits: always with a deadline, and always ready
-to declare a worker hung after ``call_timeout``.
+:class:`InFlight` is what the front object calls: ``step``, ``send``,
+``recv``, ``reset`` and ``run`` each return one
+:class:`~parallelenv.results.Outcome` (which envs answered, their results,
+the failures of the others), and the front only checks arguments and formats
+outcomes. Where each env's call stands is the
+:class:`~parallelenv.ledger.Ledger`'s; surviving failures is the
+:class:`~parallelenv.resuming.Resumer`'s; how results reach the caller is
+the buffers' handover's. This is the one place that waits: always with a
+deadline, and always ready to declare a worker hung after ``call_timeout``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from parallelenv.array_kinds import NumpyArrays, Selection, array_kind
-from parallelenv.arrays import concatenate
 from parallelenv.backends.base import Backend, RunsInCaller
 from parallelenv.batching import take
 from parallelenv.calls import Call, Failure, Reply, Reset, Step
-from parallelenv.env_states import IDLE, PENDING, READY, EnvState
 from parallelenv.errors import AlreadyPendingError, WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import Healing
+from parallelenv.ledger import Ledger
 from parallelenv.policies import Policy
-from parallelenv.resuming import ResumesRebuiltEnvs
+from parallelenv.results import Outcome, Received, add_ended, join_batched_infos
+from parallelenv.resuming import Resumer
 
-__all__ = ["EnvState", "InFlight", "Received"]
-
-
-
-@dataclass
-class Received:
-    """What the tracker holds for the envs it hands over, besides the buffers' rows."""
-
-    infos: dict[int, dict[str, Any]]  # per env, the non-empty infos
-    batched_info: dict[str, Any] | None  # a vector info over the envs handed over, from batched hosts
-    none_result: Any  # mask over them of None results (None: the policy gives none)
-    # Under "restart", with Buffers.ended: mask over them of the envs reset because their episode
-    # ended, and a row each with those episodes' last obs (zeros elsewhere); None when none ended.
-    ended: np.ndarray | None = None
-    ended_state: np.ndarray | None = None
-    # A step of every env's observations, handed over by the buffers (Buffers.renewed_obs); None: in the buffers.
-    obs: np.ndarray | None = None
+__all__ = ["InFlight"]
 
 
-class InFlight(ResumesRebuiltEnvs):
+class InFlight:
     """The calls in flight on a backend's envs, and what their replies said."""
 
     def __init__(
@@ -58,81 +45,68 @@ class InFlight(ResumesRebuiltEnvs):
         sources: list[Any] | None = None,
     ) -> None:
         n = self.num_envs = backend.num_envs
-        self._start_resuming(healing, sources)
         self.backend = backend
+        self._buffers = backend.buffers
         # A backend that runs each call in the caller's thread has nothing to wait for.
         self._answers_in_dispatch = isinstance(backend, RunsInCaller)
         self.policy = policy
         self.call_timeout = call_timeout
         self.arrays: NumpyArrays = array_kind(backend.buffers, backend.single_action_space)
-        self._ended, self._ended_obs = backend.buffers.ended, backend.buffers.ended_obs
+        self.ledger = Ledger(n)
         self.everyone = Selection.of(np.arange(n), n)
         self._step_everyone = Step(self.everyone.env_ids)
         self._awaited_step_everyone = Step(self.everyone.env_ids, awaited=True)
-        self.state = np.zeros(n, dtype=np.int8)
         # The policy's finished envs (they get None results), in the buffers' array kind.
         self.finished = self.arrays.bool_zeros(n)
-        self.none_result = self.arrays.bool_zeros(n)  # READY with a None result, never stepped
-        self.infos: dict[int, dict[str, Any]] = {}  # non-empty infos of READY envs
+        self._none_result = self.arrays.bool_zeros(n)  # READY with a None result, never stepped
+        self._infos: dict[int, dict[str, Any]] = {}  # non-empty infos of READY envs
         self._batched_infos: list[tuple[tuple[int, ...], dict[str, Any]]] = []  # of READY envs, per reply
-        self._call_values: dict[int, Any] = {}  # answers to the synchronous call under way
+        self._call_values: dict[int, Any] = {}  # answers to the non-step call under way
         self._call_info: dict[str, Any] | None = None
-        self.failures: list[Failure] = []
-        self.num_pending = 0  # kept so the hot path need not count the state array
-        self.num_ready = 0
+        self._failures: list[Failure] = []
+        self._sync_call: Call | None = None  # the non-step call that run() has under way
         self.broken: WorkerDiedError | None = None
-        self._sent_at = np.zeros(n)
-        # No later than the oldest pending call's dispatch: replies only make the
-        # true value later, so it is recomputed only once a hang seems due.
-        self._oldest_sent = 0.0
-        self._send_order = np.zeros(n, dtype=np.int64)
-        self._next_order = 0
-        # A call of every env with nothing else outstanding (a training loop's
-        # steps) leaves the per-env arrays above unwritten: every env is then in
-        # state ``_whole``, sent at ``_whole_sent_at``, in id order from
-        # ``_whole_order``, so that a call costs no O(num_envs) bookkeeping.
-        # ``_per_env()`` writes them out before anything reads them.
-        self._whole: int | None = IDLE
-        self._whole_sent_at = 0.0
-        self._whole_order: int | None = None
+        active = healing is not None and healing.active
+        self._resumer = Resumer(healing, sources, backend, self.ledger, self.select) if active else None
 
     def select(self, ids: np.ndarray | None) -> Selection:
         """The selection of checked ``ids``; every env when None."""
         return self.everyone if ids is None else Selection.of(ids, self.num_envs)
 
-    def require_idle(self, selection: Selection, doing: str) -> None:
-        if self.num_pending == 0 and self.num_ready == 0:
-            return
-        self._per_env()
-        ids = selection.ids
-        busy = ids[self.state[ids] != IDLE]
-        if busy.size:
-            named = busy[:8].tolist()
-            envs = f"envs {named}" if busy.size <= 8 else f"{busy.size} envs ({str(named)[:-1]}, ...])"
-            raise AlreadyPendingError(f"{doing} {envs} whose previous call has not been received: recv() first")
+    @property
+    def outstanding(self) -> int:
+        """How many envs have a step under way or a result waiting for recv."""
+        return self.ledger.num_pending + self.ledger.num_ready
 
-    def answered(self, selection: Selection) -> Callable[[], bool]:
-        """The condition "no env of ``selection`` is still pending"."""
-        if selection.everyone:
-            return lambda: self.num_pending == 0
-        self._per_env()
-        ids = selection.ids
-        return lambda: not (self.state[ids] == PENDING).any()
+    # ------------------------------------------------------------- the front's calls
 
-    def send_step(self, selection: Selection, actions: Any, awaited: bool = False) -> None:
+    def step(self, selection: Selection, actions: Any) -> Outcome:
+        """Step the envs of ``selection`` and hand over their results (see :meth:`send`)."""
+        if selection.everyone and self._steps_at_once():
+            outcome = self._step_at_once(actions)
+            if outcome is not None:
+                return outcome
+        else:
+            self.send(selection, actions, awaited=True)
+        self._wait(lambda: not self.ledger.any_pending(selection), None, drain=True, wanted=selection.count)
+        return self._hand_over(selection)
+
+    def send(self, selection: Selection, actions: Any, awaited: bool = False) -> None:
         """Step the envs of ``selection`` with the user's ``actions``, checked before anything is
         sent; the policy's finished envs answer at once with None results instead. ``awaited``:
         the caller waits for all of them before anything else (see Step.awaited)."""
-        self.require_idle(selection, "send to")
+        self._require_idle(selection, "send to")
         actions = self.arrays.actions(actions, selection.count)
-        self._number_sends(selection)
+        self.ledger.number(selection)
         live = None
         rows = self.arrays.rows(selection)
         if self.policy.tracks_finished:
             live = self.policy.live(self.finished, rows)
             if self.arrays.reads_on_host:
                 if not live.all():
-                    self._set_none_results(selection.ids[~live])
+                    finished = selection.ids[~live]
+                    self.ledger.none_results(finished)
+                    self._none_result[finished] = True
                     actions = take(actions, live)
                     selection = selection.without(~live)
                     if not len(selection):
@@ -140,87 +114,138 @@ class InFlight(ResumesRebuiltEnvs):
                     rows = self.arrays.rows(selection)
                 live = None
             else:  # a device mask: the backend leaves out the envs it does not set
-                self.none_result[rows] = ~live
-        if self._owed:
-            selection, actions = self._answer_owed(selection, actions)
+                self._none_result[rows] = ~live
+        if self._resumer is not None and self._resumer.owed:
+            selection, actions = self._resumer.answer_owed(selection, actions)
             if not len(selection):
                 return
             rows = self.arrays.rows(selection)
-        self.arrays.put_actions(self.backend.buffers, rows, actions)
-        everyone = selection.everyone and live is None
-        step_everyone = self._awaited_step_everyone if awaited else self._step_everyone
-        self._dispatch(step_everyone if everyone else Step(selection.env_ids, live, awaited), selection)
+        self.arrays.put_actions(self._buffers, rows, actions)
+        if selection.everyone and live is None:
+            call = self._awaited_step_everyone if awaited else self._step_everyone
+        else:
+            call = Step(selection.env_ids, live, awaited)
+        self._dispatch(call, selection)
 
-    def steps_at_once(self) -> bool:
-        """Whether a step of every env can go through :meth:`step_at_once` now: under a policy that
+    def recv(self, wait_num: int, deadline: float | None) -> Outcome:
+        """Wait for at least ``wait_num`` envs' step results (or the deadline, or a failure) and hand
+        over every one there is, in the order they were sent."""
+        ledger = self.ledger
+        self._wait(lambda: ledger.num_ready >= wait_num, deadline, drain=False, wanted=wait_num - ledger.num_ready)
+        return self._hand_over(self.select(ledger.ready_in_send_order()))
+
+    def reset(self, call: Reset, selection: Selection) -> Outcome:
+        """Run ``call`` and hand over the first obs of the envs it reset; the policy counts them as live."""
+        outcome = self.run(call, selection)
+        reset = outcome.answered
+        if self.policy.tracks_finished:
+            self.finished[self.arrays.rows(reset)] = False
+        outcome.results = (self.arrays.take(self._buffers.obs, reset, lend=False),)
+        outcome.received = Received(outcome.values, outcome.received.batched_info, None)  # a reset's answers are infos
+        return outcome
+
+    def run(self, call: Call, selection: Selection) -> Outcome:
+        """Run a non-step call to completion: each env's answer, the failures of those that raised."""
+        self._require_idle(selection, f"call {type(call).__name__} on")
+        if self._resumer is not None and type(call) is Reset:
+            self._resumer.healing.remember_seeds(call.env_ids, call.seeds)
+            self._resumer.forget_owed(call.env_ids)
+        self._call_values, self._call_info = {}, None
+        self._sync_call = call
+        try:
+            self._dispatch(call, selection)
+            self._wait(lambda: not self.ledger.any_pending(selection), None, drain=True, wanted=len(selection))
+        finally:
+            self._sync_call = None
+        values, info = self._call_values, self._call_info
+        self._call_values, self._call_info = {}, None
+        failures = self._take_failures()
+        answered = _without(selection, failures)
+        return Outcome(answered, failures, Received({}, info, None), values=values)
+
+    # ------------------------------------------------------------- handing over
+
+    def _hand_over(self, ready: Selection) -> Outcome:
+        """The READY envs of ``ready``, received: the results of those that answered, the failures of
+        the others (whose results are dropped)."""
+        failures = self._take_failures()
+        if failures:
+            failed = np.isin(ready.ids, [failure.env_index for failure in failures])
+            self._receive(self.select(ready.ids[failed]))
+            ready = ready.without(failed)
+            if not len(ready):
+                return Outcome(ready, failures)
+        received = self._receive(ready)
+        results = self._buffers.handover.step_results(self.arrays, self._buffers, ready, self.policy.tracks_finished)
+        return Outcome(ready, failures, received, results)
+
+    def _receive(self, selection: Selection) -> Received:
+        """What the replies said of the READY envs of ``selection``; they become IDLE."""
+        none_result = None
+        if self.policy.tracks_finished:
+            rows = self.arrays.rows(selection)
+            none_result = self._none_result[rows].copy() if self.arrays.reads_on_host \
+                else self._none_result[rows].clone()
+            self._none_result[rows] = False
+        if selection.everyone:
+            infos, self._infos = self._infos, {}
+        else:
+            infos = {i: self._infos.pop(i) for i in selection.env_ids if i in self._infos} if self._infos else {}
+        self.ledger.received(selection)
+        batched_info, self._batched_infos = join_batched_infos(self._batched_infos, selection, self.arrays)
+        received = Received(infos, batched_info, none_result)
+        add_ended(received, self._buffers.ended, self._buffers.ended_obs, selection)
+        return received
+
+    def _steps_at_once(self) -> bool:
+        """Whether a step of every env can go through :meth:`_step_at_once` now: under a policy that
         tracks finished envs, only while none is (it would answer with None results), read on the host."""
-        return (self._answers_in_dispatch and self.num_pending == 0 and self.num_ready == 0
-                and self.healing is None
+        return (self._answers_in_dispatch and self.ledger.quiet and self._resumer is None
                 and (not self.policy.tracks_finished or (self.arrays.reads_on_host and not self.finished.any())))
 
-    def step_at_once(self, actions: Any) -> Received | None:
+    def _step_at_once(self, actions: Any) -> Outcome | None:
         """Step every env on a backend that runs the step in the caller, with nothing else under way
-        (:meth:`steps_at_once`), and hand its results over at once.
+        (:meth:`_steps_at_once`), and hand its results over at once.
 
-        The general path's state machine (each env sent, pending, ready,
-        received) costs ~12 µs a step here and has nothing to track: the
-        step is answered before dispatch returns. A reply with a failure is
-        absorbed as the general path would have it, and None says so: the
-        caller then waits and raises as after :meth:`send_step`.
+        The ledger's round (sent, pending, ready, received) has nothing to
+        track here: the step is answered before dispatch returns. A reply
+        with a failure is entered in the ledger as the general path would
+        have it, and None says so: the caller then waits and hands over as
+        after :meth:`send`.
         """
         everyone = self.everyone
         actions = self.arrays.actions(actions, everyone.count)
-        self._number_sends(everyone)
-        self.arrays.put_actions(self.backend.buffers, self.arrays.rows(everyone), actions)
+        buffers = self._buffers
+        self.arrays.put_actions(buffers, everyone.rows, actions)
         self.backend.dispatch(self._step_everyone)
         replies = self.backend.collect(0.0)
         if len(replies) == 1 and not replies[0].failures and replies[0].env_ids == everyone.env_ids:
             reply = replies[0]
             received = Received(reply.values, reply.info, None)
-            self._add_ended(received, everyone)
-            buffers = self.backend.buffers
+            add_ended(received, buffers.ended, buffers.ended_obs, everyone)
             if self.policy.tracks_finished:  # none was finished before this step; some may be now
                 self.policy.after_step(self.finished, everyone.rows, buffers.terminated | buffers.truncated)
-            if buffers.renews_obs and not buffers.lent:  # every row was written by this step
-                received.obs = buffers.renewed_obs()
-            return received
-        self._whole, self._whole_sent_at = PENDING, time.monotonic()
-        self._oldest_sent = self._whole_sent_at
-        self.num_pending = everyone.count
+            results = buffers.handover.step_results(self.arrays, buffers, everyone, False)
+            return Outcome(everyone, [], received, results)
+        self.ledger.number(everyone)
+        self.ledger.dispatched(everyone, time.monotonic())
         for reply in replies:
             self._absorb(reply)
         return None
 
-    def _number_sends(self, selection: Selection) -> None:
-        """Remember the order of sends: recv returns results in it."""
-        if selection.everyone and self.num_pending == 0 and self.num_ready == 0:
-            self._whole_order = self._next_order
-        else:
-            self._per_env()
-            self._send_order[selection.ids] = self._next_order + self.everyone.ids[: selection.count]
-        self._next_order += selection.count
+    # ------------------------------------------------------------- dispatching and waiting
 
-    def _set_none_results(self, ids: np.ndarray) -> None:
-        """These envs answer at once with None results, without being called."""
-        self._per_env()
-        self.state[ids] = READY
-        self.none_result[ids] = True
-        self.num_ready += len(ids)
+    def _require_idle(self, selection: Selection, doing: str) -> None:
+        busy = self.ledger.busy(selection.ids)
+        if busy.size:
+            named = busy[:8].tolist()
+            envs = f"envs {named}" if busy.size <= 8 else f"{busy.size} envs ({str(named)[:-1]}, ...])"
+            raise AlreadyPendingError(f"{doing} {envs} whose previous call has not been received: recv() first")
 
     def _dispatch(self, call: Call, selection: Selection) -> None:
-        rows = selection.rows
-        now = time.monotonic()
-        whole = selection.everyone and self.num_pending == 0 and self.num_ready == 0
-        if whole:
-            self.backend.buffers.choose_obs_slot(call is self._step_everyone or call is self._awaited_step_everyone)
-            self._whole, self._whole_sent_at = PENDING, now
-        else:
-            self._per_env()
-            self.state[rows] = PENDING
-            self._sent_at[rows] = now
-        if self.num_pending == 0:
-            self._oldest_sent = now
-        self.num_pending += selection.count
+        if self.ledger.dispatched(selection, time.monotonic()):
+            step_of_every_env = call is self._step_everyone or call is self._awaited_step_everyone
+            self._buffers.handover.before_whole_call(self._buffers, step_of_every_env)
         try:
             self.backend.dispatch(call)
         except WorkerDiedError as died:
@@ -229,25 +254,10 @@ class InFlight(ResumesRebuiltEnvs):
         except Exception:
             # A call the backend refused (its data cannot travel) reached no env:
             # the protocol has a backend check everything before it sends anything.
-            if whole:
-                self._whole = IDLE
-            else:
-                self.state[rows] = IDLE
-            self.num_pending -= selection.count
+            self.ledger.reverted(selection)
             raise
 
-    def _per_env(self) -> None:
-        """Write out the per-env state that calls of every env left unwritten (see ``_whole``)."""
-        if self._whole_order is not None:
-            np.add(self.everyone.ids, self._whole_order, out=self._send_order)
-            self._whole_order = None
-        if self._whole is not None:
-            self.state.fill(self._whole)
-            if self._whole == PENDING:
-                self._sent_at.fill(self._whole_sent_at)
-            self._whole = None
-
-    def wait(
+    def _wait(
         self, satisfied: Callable[[], bool], deadline: float | None, drain: bool, wanted: int | None = None
     ) -> None:
         """Absorb replies until ``satisfied()``, the deadline, or no call left pending.
@@ -260,8 +270,9 @@ class InFlight(ResumesRebuiltEnvs):
         ``satisfied`` needs (None: every pending one), so that the backend may
         wait for them together.
         """
-        while not satisfied() and (drain or not self.failures):
-            if self.num_pending == 0:
+        ledger = self.ledger
+        while not satisfied() and (drain or not self._failures):
+            if ledger.num_pending == 0:
                 return
             if self._answers_in_dispatch:  # every call ran when dispatched: its replies are there
                 replies = self.backend.collect(0.0)
@@ -279,189 +290,93 @@ class InFlight(ResumesRebuiltEnvs):
             for reply in replies:
                 self._absorb(reply)
 
+    def _survive(self, died: WorkerDiedError) -> None:
+        """Go on past a worker's death where healing says so; else the ParallelEnv is broken."""
+        if self._resumer is None:
+            self.broken = died
+            raise died
+        try:
+            self._failures.extend(self._resumer.survive(died, self._sync_call))
+        except WorkerDiedError as final:
+            self.broken = final
+            raise
+
     def _block_for_replies(self, deadline: float | None, wanted: int | None) -> list[Reply] | None:
         """Wait for replies up to ``deadline``; kill whatever has hung past ``call_timeout``."""
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             return None
-        hang_at = self._hang_at(now)
+        timeout = self.call_timeout
+        hang_at = None if timeout is None else self.ledger.hang_at(timeout, now)
         until = hang_at if deadline is None else deadline if hang_at is None else min(deadline, hang_at)
         replies = self.backend.collect(None if until is None else max(0.0, until - now), wanted)
         if not replies and hang_at is not None:
             now = time.monotonic()
-            if now >= hang_at and self._hang_at(now) <= now:  # type: ignore[operator]
+            if now >= hang_at and self.ledger.hang_at(timeout, now) <= now:  # type: ignore[arg-type]
                 self._kill_hung(now)
         return replies
 
-    def _hang_at(self, now: float) -> float | None:
-        """When the oldest pending call will have hung; exact whenever that time has come."""
-        if self.call_timeout is None:
-            return None
-        if self._oldest_sent + self.call_timeout <= now:
-            self._per_env()
-            self._oldest_sent = float(self._sent_at[self.state == PENDING].min())
-        return self._oldest_sent + self.call_timeout
-
-    def run(self, call: Call, selection: Selection) -> tuple[dict[int, Any], list[Failure], dict[str, Any] | None]:
-        """Run a non-step call to completion: each env's answer, the failures of
-        those that raised, and the vector info of hosts that answer as one batch."""
-        self.require_idle(selection, f"call {type(call).__name__} on")
-        if self.healing is not None and type(call) is Reset:
-            self.healing.remember_seeds(call.env_ids, call.seeds)
-            for env_id in call.env_ids:
-                self._owed.pop(env_id, None)  # reset anyway: its new episode starts here
-        self._call_values, self._call_info = {}, None
-        self._sync_call = call
-        try:
-            self._dispatch(call, selection)
-            self.wait(self.answered(selection), None, drain=True, wanted=len(selection))
-        finally:
-            self._sync_call = None
-        values, info = self._call_values, self._call_info
-        self._call_values, self._call_info = {}, None
-        return values, self.take_failures(), info
-
-    def mark_reset(self, selection: Selection) -> None:
-        """These envs were reset: the policy counts them as live again."""
-        if self.policy.tracks_finished:
-            self.finished[self.arrays.rows(selection)] = False
-
-    def take_failures(self) -> list[Failure]:
-        """The failures absorbed since the last call, oldest first; they are forgotten here."""
-        failures, self.failures = self.failures, []
-        return failures
-
-    def ready_in_send_order(self) -> Selection:
-        self._per_env()
-        ready = np.flatnonzero(self.state == READY)
-        return self.select(ready[np.argsort(self._send_order[ready], kind="stable")])
-
-    def receive(self, selection: Selection) -> Received:
-        """Hand over the READY envs of ``selection``; they become IDLE."""
-        rows = selection.rows
-        none_result = None
-        if self.policy.tracks_finished:
-            device_rows = self.arrays.rows(selection)
-            none_result = self.none_result[device_rows].clone() if not self.arrays.reads_on_host \
-                else self.none_result[rows].copy()
-            self.none_result[device_rows] = False
-        if selection.everyone:
-            infos, self.infos = self.infos, {}
-            self.num_ready = 0
-            if self._whole is None:
-                self.state.fill(IDLE)
-            self._whole = IDLE
-        else:
-            self._per_env()
-            ids = selection.ids
-            infos = {i: self.infos.pop(i) for i in ids.tolist() if i in self.infos} if self.infos else {}
-            self.num_ready -= int((self.state[rows] == READY).sum())
-            self.state[rows] = IDLE
-        received = Received(infos, self._take_batched_infos(selection), none_result)
-        self._add_ended(received, selection)
-        if selection.everyone and self.backend.buffers.obs_slot:  # a spare slot, written into by these envs' steps
-            received.obs = self.backend.buffers.renewed_obs()
-        return received
-
-    def _add_ended(self, received: Received, selection: Selection) -> None:
-        """The episodes that ended in the step of ``selection`` handed over (see Buffers.ended), if any."""
-        ended = self._ended
-        if ended is not None:
-            mask = ended[selection.rows]
-            if np.count_nonzero(mask):  # a third of the cost of mask.any() on a few envs
-                received.ended, received.ended_state = mask.copy(), self._ended_states(mask, selection)
-
-    def _ended_states(self, mask: np.ndarray, selection: Selection) -> np.ndarray:
-        """The ended episodes' last obs of the envs ``mask`` picks out of ``selection``, zeros elsewhere.
-
-        Row by row: few episodes end in a step, and NumPy's boolean and fancy
-        indexing cost several times a row's copy on small observations.
-        """
-        source = self._ended_obs
-        states = np.zeros((len(mask), *source.shape[1:]), dtype=source.dtype)
-        rows = None if selection.everyone else selection.ids
-        for position in mask.nonzero()[0].tolist():
-            states[position] = source[position if rows is None else rows[position]]
-        return states
-
-    def _take_batched_infos(self, selection: Selection) -> dict[str, Any] | None:
-        """The vector info of the envs of ``selection`` out of the batched replies that hold them."""
-        stored = self._batched_infos
-        if not stored:
-            return None
-        if len(stored) == 1 and stored[0][0] is selection.env_ids:  # a step of every env: the hot path
-            return stored.pop()[1]
-        wanted = set(selection.env_ids)
-        holding = [(env_ids, info) for env_ids, info in stored if wanted.intersection(env_ids)]
-        self._batched_infos = [(env_ids, info) for env_ids, info in stored if not wanted.issuperset(env_ids)]
-        keys = set.intersection(*(set(info) for _, info in holding))
-        joined = concatenate([{key: info[key] for key in keys} for _, info in holding])
-        position = {env_id: p for p, env_id in enumerate(i for env_ids, _ in holding for i in env_ids)}
-        order = np.array([position[i] for i in selection.env_ids], dtype=np.int64)
-        if (order == np.arange(len(order))).all() and len(order) == len(position):
-            return joined
-        rows = self.arrays.reply_rows(order)
-        return {key: value[rows] for key, value in joined.items()}
-
-    def _index(self, env_ids: tuple[int, ...]) -> slice | np.ndarray:
-        """Index per-env arrays by a reply's (distinct) env ids: a slice when they form a range,
-        as the whole group of a worker does, since slicing costs far less than fancy indexing."""
-        if env_ids is self.everyone.env_ids or env_ids == self.everyone.env_ids:
-            return slice(None)
-        first, size = min(env_ids), len(env_ids)
-        if max(env_ids) - first == size - 1:
-            return slice(first, first + size)
-        return np.array(env_ids, dtype=np.int64)
-
     def _kill_hung(self, now: float) -> None:
         assert self.call_timeout is not None
-        self._per_env()
-        overdue = np.flatnonzero((self.state == PENDING) & (self._sent_at + self.call_timeout <= now)).tolist()
+        overdue = self.ledger.overdue(self.call_timeout, now)
         lost = self.backend.kill(overdue) or overdue
         raise WorkerTimeoutError(
             lost, f"envs {overdue} did not answer within call_timeout={self.call_timeout} s; their worker was killed"
         )
 
+    def _take_failures(self) -> list[Failure]:
+        """The failures absorbed since the last call, oldest first; they are forgotten here."""
+        failures, self._failures = self._failures, []
+        return failures
+
     def _absorb(self, reply: Reply) -> None:
-        if self._standins and reply.call_type is not Step and reply.env_ids[0] in self._standins:
-            reply = self._as_restarted_step(reply)
-        if reply.failures and reply.call_type is Step and self.healing is not None and self.healing.rebuilds_envs:
-            reply = self._rebuild_failed(reply)
-            if not reply.env_ids:
-                return
+        resumer = self._resumer
+        if resumer is not None:
+            if resumer.stands_in(reply):
+                reply = resumer.as_restarted_step(reply)
+            if reply.failures and reply.call_type is Step:
+                reply = resumer.rebuild_failed(reply)
+                if not reply.env_ids:
+                    return
         env_ids = reply.env_ids
-        rows = slice(None) if env_ids is self.everyone.env_ids else self._index(env_ids)
-        # Every env at once (their ids are distinct): the whole batch changes state together.
-        whole = self._whole == PENDING and len(env_ids) == self.num_envs
-        if not whole:
-            self._per_env()
-        self.num_pending -= len(env_ids)
+        rows = slice(None) if env_ids is self.everyone.env_ids else _index(env_ids, self.everyone.env_ids)
+        step = reply.call_type is Step
+        self.ledger.answered(env_ids, rows, step)
         if reply.failures:
-            self.failures.extend(reply.failures)
-        if reply.call_type is Step:
-            # Envs whose step raised are READY too: the front hands out the
-            # others' results and drops theirs when it raises the failure.
-            if whole:
-                self._whole = READY
-            else:
-                self.state[rows] = READY
-            self.num_ready += len(env_ids)
+            self._failures.extend(reply.failures)
+        if step:
+            # Envs whose step raised are READY too: their results are dropped
+            # when the failure is handed over with the others' results.
             if reply.values:
-                self.infos.update(reply.values)
+                self._infos.update(reply.values)
             if reply.info is not None:
                 self._batched_infos.append((env_ids, reply.info))
             if self.policy.tracks_finished:
-                buffers = self.backend.buffers
+                buffers = self._buffers
                 index = self.arrays.reply_rows(rows)
                 done = buffers.terminated[index] | buffers.truncated[index]
                 if reply.failures:  # their rows hold no result of this step
                     done[[env_ids.index(i) for i in reply.failed_ids()]] = False
                 self.policy.after_step(self.finished, index, done)
         else:
-            if whole:
-                self._whole = IDLE
-            else:
-                self.state[rows] = IDLE
             self._call_values.update(reply.values)
             if reply.info is not None:
                 self._call_info = reply.info
+
+
+def _index(env_ids: tuple[int, ...], every_env_id: tuple[int, ...]) -> slice | np.ndarray:
+    """Index per-env arrays by a reply's (distinct) env ids: a slice when they form a range,
+    as the whole group of a worker does, since slicing costs far less than fancy indexing."""
+    if env_ids == every_env_id:
+        return slice(None)
+    first, size = min(env_ids), len(env_ids)
+    if max(env_ids) - first == size - 1:
+        return slice(first, first + size)
+    return np.array(env_ids, dtype=np.int64)
+
+
+def _without(selection: Selection, failures: list[Failure]) -> Selection:
+    """The envs of ``selection`` less those that failed; ``selection`` itself when none did."""
+    if not failures:
+        return selection
+    return selection.without(np.isin(selection.ids, [failure.env_index for failure in failures]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours, to run after it)
 import threading
 import time
@@ -17,7 +18,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from parallelenv import arguments
@@ -25,22 +25,12 @@ from parallelenv.array_kinds import Selection
 from parallelenv.arrays import import_torch, is_tensor
 from parallelenv.backends import BackendConfig, env_maker, resolve_backend
 from parallelenv.backends.base import Backend, RestartsWorkers
-from parallelenv.calls import (
-    NO_ARGUMENT,
-    Call,
-    CallMethod,
-    Failure,
-    GetAttr,
-    ReplaceEnv,
-    Reset,
-    SetAttr,
-    env_error,
-)
+from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, GetAttr, ReplaceEnv, Reset, SetAttr, env_error
 from parallelenv.errors import ClosedError
 from parallelenv.healing import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW_S, Healing, SurvivedFailure
-from parallelenv.inflight import InFlight, Received
+from parallelenv.inflight import InFlight
 from parallelenv.policies import Policy, resolve_policy
-from parallelenv.results import batch_results, item_results
+from parallelenv.results import Outcome, batch_results, item_results
 from parallelenv.serialised import one_caller_at_a_time
 
 DEFAULT_CALL_TIMEOUT_S = 600.0
@@ -183,28 +173,17 @@ class ParallelEnv:
         num_envs: int,
         para_mode: str = "dummy",
         *,
-        asynchronous: str | None = None,
-        num_cpus: int | None = None,
-        num_gpus: float = 0,
-        no_warning: bool = True,
-        call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
-        output: str | None = None,
-        device: Any = None,
-        copy: bool | None = None,
-        on_worker_failure: str = "raise",
-        on_env_error: str = "raise",
-        max_restarts: int = DEFAULT_MAX_RESTARTS,
-        restart_window: float = DEFAULT_RESTART_WINDOW_S,
         backend_options: dict[str, Any] | None = None,
-        **gym_kwargs: Any,
+        **kwargs: Any,
     ) -> ParallelEnv:
         """``num_envs`` copies of a registered Gymnasium env, built where they run.
 
-        ``output`` is ``"numpy"`` or ``"torch"``; ``device`` is where results
-        live with ``output="torch"`` on the CPU backends, and for
-        ``para_mode="tensor"`` the device of the tensor env itself (default
-        ``cuda`` when there is one). Other keyword arguments go to
-        ``gymnasium.make`` (or to the tensor env standing for ``env_id``).
+        Keyword arguments of :class:`ParallelEnv` (``asynchronous``,
+        ``call_timeout``, ``copy``, ...) go to it, ``backend_options`` to the
+        backend; the others go to ``gymnasium.make`` (or to the tensor env
+        standing for ``env_id``). ``device`` is where results live with
+        ``output="torch"`` on the CPU backends, and for ``para_mode="tensor"``
+        the device of the tensor env itself (default ``cuda`` when there is one).
 
         Example:
             >>> from parallelenv import ParallelEnv
@@ -213,32 +192,18 @@ class ParallelEnv:
             2
             >>> penv.close()
         """
+        options = {name: kwargs.pop(name) for name in _OPTIONS if name in kwargs}
+        gym_kwargs = kwargs
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r}; use a positive int")
         make_envs = env_maker(para_mode)
         if make_envs is None:
             envs: Any = [functools.partial(gym.make, env_id, **gym_kwargs)] * num_envs
         else:  # the backend's own kind of env, built here: it runs where it is
-            if device is not None:
-                gym_kwargs["device"] = device
-            envs, device = make_envs(env_id, num_envs, **gym_kwargs), None
-        return cls(
-            envs,
-            para_mode=para_mode,
-            asynchronous=asynchronous,
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
-            no_warning=no_warning,
-            call_timeout=call_timeout,
-            output=output,
-            device=device,
-            copy=copy,
-            on_worker_failure=on_worker_failure,
-            on_env_error=on_env_error,
-            max_restarts=max_restarts,
-            restart_window=restart_window,
-            **(backend_options or {}),
-        )
+            if options.get("device") is not None:
+                gym_kwargs["device"] = options.pop("device")
+            envs = make_envs(env_id, num_envs, **gym_kwargs)
+        return cls(envs, para_mode=para_mode, **options, **(backend_options or {}))
 
     def __len__(self) -> int:
         return self.num_envs
@@ -297,22 +262,11 @@ class ParallelEnv:
             align: ``"item"`` for batched ``(obs, info)``, ``"batch"`` for a
                 list of per-env ``(obs, info)`` tuples.
         """
-        calls = self._calls
         selection = self._selection(id)
         arguments.check_align(align)
         ids = selection.ids
         call = Reset(selection.env_ids, arguments.env_seeds(seed, ids), arguments.env_options(options, ids))
-        infos, failures, batched_info = calls.run(call, selection)
-        reset = _without(selection, failures)
-        calls.mark_reset(reset)
-        obs = calls.arrays.take(self._backend.buffers.obs, reset, lend=False)
-        env_ids = reset.ids if failures else None
-        assemble = batch_results if align == "batch" else item_results
-        results = assemble(obs, None, reset.ids, Received(infos, batched_info, None), calls.arrays, env_ids=env_ids)
-        results = results if self._to_torch is None else self._to_torch.results(results, align)
-        if failures:
-            raise env_error(failures, results)
-        return results
+        return self._results(self._calls.reset(call, selection), align, with_env_id=False)
 
     @one_caller_at_a_time
     def step(self, actions: Any, id: Any = None, align: str = "item") -> Any:
@@ -325,22 +279,17 @@ class ParallelEnv:
         selection = self._selection(id)
         if align != "item":
             arguments.check_align(align)
-        calls = self._calls
-        if selection.everyone and calls.steps_at_once():
-            received = calls.step_at_once(actions if self._to_torch is None else self._to_torch.actions(actions))
-            if received is not None:
-                return self._take_results(selection, align, with_env_id=False, received=received)
-        else:
-            self._send(actions, selection, awaited=True)
-        calls.wait(calls.answered(selection), None, drain=True, wanted=selection.count)
-        if calls.failures:
-            self._raise_env_error(selection, align)
-        return self._take_results(selection, align, with_env_id=False)
+        if self._to_torch is not None:
+            actions = self._to_torch.actions(actions)
+        return self._results(self._calls.step(selection, actions), align, with_env_id=False)
 
     @one_caller_at_a_time
     def send(self, actions: Any, id: Any = None) -> None:
         """Hand ``actions`` to the envs of ``id`` and return at once (see :meth:`recv`)."""
-        self._send(actions, self._selection(id))
+        selection = self._selection(id)
+        if self._to_torch is not None:
+            actions = self._to_torch.actions(actions)
+        self._calls.send(selection, actions)
 
     @one_caller_at_a_time
     def recv(self, wait_num: int | None = None, timeout: float | None = None, align: str = "item") -> Any:
@@ -354,14 +303,9 @@ class ParallelEnv:
         """
         self._check_usable()
         arguments.check_align(align)
-        calls = self._calls
-        outstanding = calls.num_pending + calls.num_ready
-        wait_num = arguments.wait_count(wait_num, outstanding)
+        wait_num = arguments.wait_count(wait_num, self._calls.outstanding)
         deadline = None if timeout is None else time.monotonic() + timeout
-        calls.wait(lambda: calls.num_ready >= wait_num, deadline, drain=False, wanted=wait_num - calls.num_ready)
-        if calls.failures:
-            self._raise_env_error(calls.ready_in_send_order(), align)
-        return self._take_results(calls.ready_in_send_order(), align, with_env_id=True)
+        return self._results(self._calls.recv(wait_num, deadline), align, with_env_id=True)
 
     @one_caller_at_a_time
     def get_env_attr(self, name: str, id: Any = None) -> list[Any]:
@@ -479,44 +423,37 @@ class ParallelEnv:
             id = id.cpu().numpy()  # ids that came back from a device: one read, outside any step
         return self._calls.select(arguments.env_ids(id, self.num_envs))
 
-    def _send(self, actions: Any, selection: Selection, awaited: bool = False) -> None:
-        if self._to_torch is not None:
-            actions = self._to_torch.actions(actions)
-        self._calls.send_step(selection, actions, awaited)
-
     def _values(self, call: Call, selection: Selection) -> list[Any]:
         """Each env's answer to ``call``, in the order of ``selection``; an EnvError if any raised."""
-        values, failures, _ = self._calls.run(call, selection)
-        if failures:
-            raise env_error(failures, values)
-        return [values[i] for i in selection.env_ids]
+        outcome = self._calls.run(call, selection)
+        if outcome.failures:
+            raise env_error(outcome.failures, outcome.values)
+        return [outcome.values[i] for i in selection.env_ids]
 
-    def _raise_env_error(self, ready: Selection, align: str) -> None:
-        """Raise the failures of a step or recv, handing over the results of the ``ready`` envs that did not raise."""
-        calls = self._calls
-        failures = calls.take_failures()
-        failed = np.isin(ready.ids, [failure.env_index for failure in failures])
-        calls.receive(calls.select(ready.ids[failed]))
-        answered = ready.without(failed)
-        results = self._take_results(answered, align, with_env_id=True) if len(answered) else None
-        raise env_error(failures, results)
+    def _results(self, outcome: Outcome, align: str, with_env_id: bool) -> Any:
+        """The outcome of a step, recv or reset in the shape ``align`` asks for; an EnvError carrying
+        them if any env raised. ``with_env_id``: ``info["env_id"]`` says which envs answered (always
+        with an error)."""
+        results = None
+        if outcome.results is not None:
+            obs, *step_arrays = outcome.results
+            answered = outcome.answered.ids
+            env_ids = answered if with_env_id or outcome.failures else None
+            assemble = batch_results if align == "batch" else item_results
+            results = assemble(obs, tuple(step_arrays) or None, answered, outcome.received, self._calls.arrays,
+                               env_ids=env_ids)
+            if self._to_torch is not None:
+                results = self._to_torch.results(results, align)
+        if outcome.failures:
+            raise env_error(outcome.failures, results)
+        return results
 
-    def _take_results(self, selection: Selection, align: str, with_env_id: bool,
-                      received: Received | None = None) -> Any:
-        """The results of the READY envs of ``selection`` out of the buffers; they become IDLE.
-        (``received``: what a step handed over at once already holds, see InFlight.step_at_once.)"""
-        calls, buffers = self._calls, self._backend.buffers
-        arrays = calls.arrays
-        # None results are written into the results: they must be the caller's own.
-        lend = buffers.lent and not self._policy.tracks_finished
-        if received is None:
-            received = calls.receive(selection)
-        obs, reward, terminated, truncated = arrays.step_results(buffers, selection, lend, received.obs)
-        step_arrays = (reward, terminated, truncated)
-        env_ids = selection.ids if with_env_id else None
-        assemble = batch_results if align == "batch" else item_results
-        results = assemble(obs, step_arrays, selection.ids, received, arrays, env_ids=env_ids)
-        return results if self._to_torch is None else self._to_torch.results(results, align)
+
+# The keyword arguments of ParallelEnv that ParallelEnv.make passes on to it.
+_OPTIONS = tuple(
+    name for name, parameter in inspect.signature(ParallelEnv.__init__).parameters.items()
+    if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name not in ("self", "envs", "para_mode")
+)
 
 
 # ParallelEnvs not closed when the interpreter exits: close them while their
@@ -531,13 +468,6 @@ def _close_open_envs() -> None:
             penv._close_at_exit()
         except Exception:
             pass
-
-
-def _without(selection: Selection, failures: list[Failure]) -> Selection:
-    """The envs of ``selection`` less those that failed; ``selection`` itself when none did."""
-    if not failures:
-        return selection
-    return selection.without(np.isin(selection.ids, [failure.env_index for failure in failures]))
 
 
 def _name(name: Any) -> str:

@@ -6,18 +6,88 @@ mask the front object passes, without ever calling into those envs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from parallelenv.array_kinds import NumpyArrays
+from parallelenv.array_kinds import NumpyArrays, Selection
+from parallelenv.arrays import concatenate
 from parallelenv.batching import Batched, unbatch
-from parallelenv.inflight import Received
+from parallelenv.calls import Failure
 from parallelenv.infos import env_info, every_scalar_as_python, vector_info
 
 NONE_RESULT: tuple[Any, ...] = (None, None, True, False, {})
 
 StepArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # reward, terminated, truncated
+
+
+@dataclass
+class Received:
+    """What the replies said of the envs handed over, besides the buffers' rows."""
+
+    infos: dict[int, dict[str, Any]]  # per env, the non-empty infos
+    batched_info: dict[str, Any] | None  # a vector info over the envs handed over, from batched hosts
+    none_result: Any  # mask over them of None results (None: the policy gives none)
+    # Under "restart", with Buffers.ended: mask over them of the envs reset because their episode
+    # ended, and a row each with those episodes' last obs (zeros elsewhere); None when none ended.
+    ended: np.ndarray | None = None
+    ended_state: np.ndarray | None = None
+
+
+@dataclass
+class Outcome:
+    """What a call handed over: the envs that answered, what they answered, and the failures of the others.
+
+    A step or reset fills ``results`` (obs, and for a step reward, terminated
+    and truncated, in the order of ``answered``) and ``received``; any other
+    call fills ``values``, each env's answer.
+    """
+
+    answered: Selection
+    failures: list[Failure]
+    received: Received | None = None
+    results: tuple[Any, ...] | None = None
+    values: dict[int, Any] = field(default_factory=dict)
+
+
+def add_ended(received: Received, ended: np.ndarray | None, ended_obs: Any, selection: Selection) -> None:
+    """The episodes that ended in the step of ``selection`` handed over, out of the buffers' rows
+    of ended episodes (``Buffers.ended``, ``Buffers.ended_obs``), if any."""
+    if ended is None:
+        return
+    mask = ended[selection.rows]
+    if not np.count_nonzero(mask):  # a third of the cost of mask.any() on a few envs
+        return
+    # Row by row: few episodes end in a step, and NumPy's boolean and fancy
+    # indexing cost several times a row's copy on small observations.
+    states = np.zeros((len(mask), *ended_obs.shape[1:]), dtype=ended_obs.dtype)
+    rows = None if selection.everyone else selection.ids
+    for position in mask.nonzero()[0].tolist():
+        states[position] = ended_obs[position if rows is None else rows[position]]
+    received.ended, received.ended_state = mask.copy(), states
+
+
+def join_batched_infos(
+    stored: list[tuple[tuple[int, ...], dict[str, Any]]], selection: Selection, arrays: NumpyArrays
+) -> tuple[dict[str, Any] | None, list[tuple[tuple[int, ...], dict[str, Any]]]]:
+    """The vector info of the envs of ``selection`` out of the batched replies ``stored`` (their env ids
+    and vector info each), and the replies still holding envs of no one handed over."""
+    if not stored:
+        return None, stored
+    if len(stored) == 1 and stored[0][0] is selection.env_ids:  # a step of every env: the hot path
+        return stored[0][1], []
+    wanted = set(selection.env_ids)
+    holding = [(env_ids, info) for env_ids, info in stored if wanted.intersection(env_ids)]
+    kept = [(env_ids, info) for env_ids, info in stored if not wanted.issuperset(env_ids)]
+    keys = set.intersection(*(set(info) for _, info in holding))
+    joined = concatenate([{key: info[key] for key in keys} for _, info in holding])
+    position = {env_id: p for p, env_id in enumerate(i for env_ids, _ in holding for i in env_ids)}
+    order = np.array([position[i] for i in selection.env_ids], dtype=np.int64)
+    if (order == np.arange(len(order))).all() and len(order) == len(position):
+        return joined, kept
+    rows = arrays.reply_rows(order)
+    return {key: value[rows] for key, value in joined.items()}, kept
 
 
 def item_results(

@@ -1,140 +1,143 @@
 """Resuming envs rebuilt after a failure: what each one owes the caller, and its replies turned into results.
 
-A mixin of :class:`~parallelenv.inflight.InFlight`, which calls it where a
-worker dies (``_survive``), where a step of a rebuilt env is sent
-(``_answer_owed``) and where a reply arrives (``_as_restarted_step``,
-``_rebuild_failed``); the state it reads and writes is InFlight's. The
-choices and the budget are :mod:`parallelenv.healing`'s; replacing a worker
-is the backend's (``restart``).
+:class:`Resumer` is the call tracker's collaborator for
+``on_worker_failure`` / ``on_env_error="restart"``: the tracker hands it a
+worker's death (:meth:`Resumer.survive`), the steps it sends
+(:meth:`Resumer.answer_owed`) and the replies it takes
+(:meth:`Resumer.as_restarted_step`, :meth:`Resumer.rebuild_failed`); it
+changes the calls' states only through the tracker's
+:class:`~parallelenv.ledger.Ledger`. The choices and the budget are
+:mod:`parallelenv.healing`'s; replacing a worker is the backend's (``restart``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from parallelenv.array_kinds import NumpyArrays, Selection
+from parallelenv.array_kinds import Selection
 from parallelenv.backends.base import Backend
 from parallelenv.batching import take
 from parallelenv.calls import Call, Done, Failure, Rebuild, Reset, Step, method_name, split_call
-from parallelenv.env_states import IDLE, PENDING
 from parallelenv.errors import WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_HUNG, Healing, SurvivedFailure
+from parallelenv.ledger import Ledger
 
 WORKER_RESTARTED = "worker_restarted"  # the info key of an env rebuilt with its worker
 ENV_RESTARTED = "env_restarted"  # the info key of an env rebuilt after it raised
 
 
-class ResumesRebuiltEnvs:
-    """InFlight's part for ``on_worker_failure`` / ``on_env_error="restart"``; it also uses InFlight's
-    ``_per_env()`` and ``select()``."""
+class Resumer:
+    """What rebuilt envs owe the caller, and the calls that stand in for the ones they lost."""
 
-    backend: Backend
-    arrays: NumpyArrays
-    state: np.ndarray
-    failures: list[Failure]
-    num_pending: int
-    broken: WorkerDiedError | None
-    _sent_at: np.ndarray
-    _oldest_sent: float
-
-    def _start_resuming(self, healing: Healing | None, sources: list[Any] | None) -> None:
-        self.healing = healing if healing is not None and healing.active else None
+    def __init__(
+        self,
+        healing: Healing,
+        sources: list[Any] | None,
+        backend: Backend,
+        ledger: Ledger,
+        select: Callable[[np.ndarray], Selection],
+    ) -> None:
+        self.healing = healing
         self._sources = sources  # the user's envs, from which on_env_error="restart" rebuilds one
+        self._backend = backend
+        self._ledger = ledger
+        self._select = select
         # Rebuilt envs that had no call under way: their next step answers with their new episode's first obs.
-        self._owed: dict[int, tuple[SurvivedFailure, str]] = {}
+        self.owed: dict[int, tuple[SurvivedFailure, str]] = {}
         # Rebuilt envs whose reset (or Rebuild) under way stands in for a step: the failure and the info key.
-        self._standins: dict[int, tuple[SurvivedFailure, str]] = {}
-        self._sync_call: Call | None = None  # the non-step call that run() has under way
+        self.standins: dict[int, tuple[SurvivedFailure, str]] = {}
 
-    def _survive(self, died: WorkerDiedError) -> None:
-        """Replace the dead worker and resume its envs, or raise ``died`` (or the spent budget) as is."""
+    def survive(self, died: WorkerDiedError, sync_call: Call | None) -> list[Failure]:
+        """Replace the dead worker and resume its envs; the failures of the calls whose answers are lost.
+        Raises ``died`` as is where workers are not restarted, and the spent budget's error past it."""
         healing = self.healing
-        if healing is None or not healing.restarts_workers:
-            self.broken = died
+        if not healing.restarts_workers:
             raise died
         kind = WORKER_HUNG if isinstance(died, WorkerTimeoutError) else WORKER_DIED
         env_ids, reason = died.env_indices, died.reason
         while True:
             if not healing.admit(tuple(env_ids), kind, reason):
-                self.broken = healing.over_budget(env_ids, reason)
-                raise self.broken from died
+                raise healing.over_budget(env_ids, reason) from died
             try:
-                rebuilt = self.backend.restart(env_ids)
+                rebuilt = self._backend.restart(env_ids)
                 break
             except Exception as exc:  # the replacement failed too: a failure of its own, and never a loop
                 kind, reason = WORKER_DIED, f"its replacement failed: {type(exc).__name__}: {exc}"
         healing.name_rebuilt(rebuilt)
-        self._resume(rebuilt, healing.failures[-1])
+        return self._resume(rebuilt, healing.failures[-1], sync_call)
 
-    def _resume(self, rebuilt: list[int], failure: SurvivedFailure) -> None:
+    def _resume(self, rebuilt: list[int], failure: SurvivedFailure, sync_call: Call | None) -> list[Failure]:
         """What each rebuilt env owes the caller: a step under way gets its new episode's first obs now,
         a reset under way is done again, any other call fails; an env with nothing under way owes its
         next step the new episode's first obs."""
         if not rebuilt:
-            return
-        self._per_env()
+            return []
         ids = np.array(sorted(rebuilt), dtype=np.int64)
-        pending = self.state[ids] == PENDING
-        for env_id in ids[~pending].tolist():
-            self._owed[env_id] = (failure, WORKER_RESTARTED)
-        ids = ids[pending]
-        if not ids.size:
-            return
-        call = self._sync_call
-        self._sent_at[ids] = time.monotonic()
-        if call is None:  # steps
-            self._stand_in(tuple(ids.tolist()), failure, WORKER_RESTARTED)
-        elif type(call) is Reset:
-            position = {env_id: p for p, env_id in enumerate(call.env_ids)}
-            self.backend.dispatch(split_call(call, [position[i] for i in ids.tolist()]))
+        pending = self._ledger.pending_among(ids)
+        for env_id in np.setdiff1d(ids, pending).tolist():
+            self.owed[env_id] = (failure, WORKER_RESTARTED)
+        if not pending.size:
+            return []
+        self._ledger.resent(pending, time.monotonic())
+        if sync_call is None:  # steps
+            self._stand_in(tuple(pending.tolist()), failure, WORKER_RESTARTED)
+        elif type(sync_call) is Reset:
+            position = {env_id: p for p, env_id in enumerate(sync_call.env_ids)}
+            self._backend.dispatch(split_call(sync_call, [position[i] for i in pending.tolist()]))
         else:  # an answer of the old env cannot be had from a new one
-            for env_id in ids.tolist():
-                self.failures.append(Failure(
-                    env_id, method_name(call), "parallelenv.errors.WorkerDiedError",
+            self._ledger.lost(pending)
+            return [
+                Failure(
+                    env_id, method_name(sync_call), "parallelenv.errors.WorkerDiedError",
                     f"the worker hosting it died ({failure.reason}) and was restarted; the call's answer is lost",
                     "",
-                ))
-            self.state[ids] = IDLE
-            self.num_pending -= len(ids)
+                )
+                for env_id in pending.tolist()
+            ]
+        return []
+
+    def forget_owed(self, env_ids: tuple[int, ...]) -> None:
+        """These envs are reset anyway: their new episode starts there, not at their next step."""
+        for env_id in env_ids:
+            self.owed.pop(env_id, None)
 
     def _stand_in(self, env_ids: tuple[int, ...], failure: SurvivedFailure, key: str) -> None:
-        """Reset rebuilt envs with fresh seeds; the reply answers their step (see :meth:`_as_restarted_step`)."""
-        assert self.healing is not None
+        """Reset rebuilt envs with fresh seeds; the reply answers their step (see :meth:`as_restarted_step`)."""
         for env_id in env_ids:
-            self._standins[env_id] = (failure, key)
+            self.standins[env_id] = (failure, key)
         seeds = self.healing.fresh_seeds(env_ids)
-        self.backend.dispatch(Reset(env_ids, seeds, (None,) * len(env_ids)))
+        self._backend.dispatch(Reset(env_ids, seeds, (None,) * len(env_ids)))
 
-    def _answer_owed(self, selection: Selection, actions: Any) -> tuple[Selection, Any]:
+    def answer_owed(self, selection: Selection, actions: Any) -> tuple[Selection, Any]:
         """Send the owed envs of a step their stand-in reset; the rest of the step and its actions."""
-        owed_mask = np.isin(selection.ids, list(self._owed))
+        owed_mask = np.isin(selection.ids, list(self.owed))
         if not owed_mask.any():
             return selection, actions
-        owed = self.select(selection.ids[owed_mask])
+        owed = self._select(selection.ids[owed_mask])
         by_failure: dict[int, tuple[SurvivedFailure, str, list[int]]] = {}
         for env_id in owed.env_ids:
-            failure, key = self._owed.pop(env_id)
+            failure, key = self.owed.pop(env_id)
             by_failure.setdefault(id(failure), (failure, key, []))[2].append(env_id)
-        self._per_env()
-        self.state[owed.rows] = PENDING
-        self._sent_at[owed.rows] = time.monotonic()
-        if self.num_pending == 0:
-            self._oldest_sent = time.monotonic()
-        self.num_pending += owed.count
+        self._ledger.dispatched(owed, time.monotonic())
         for failure, key, env_ids in by_failure.values():
             self._stand_in(tuple(env_ids), failure, key)
         return selection.without(owed_mask), take(actions, ~owed_mask)
 
-    def _as_restarted_step(self, reply: Done) -> Done:
+    def stands_in(self, reply: Done) -> bool:
+        """Whether ``reply`` answers a stand-in reset rather than the call it seems to."""
+        return bool(self.standins) and reply.call_type is not Step and reply.env_ids[0] in self.standins
+
+    def as_restarted_step(self, reply: Done) -> Done:
         """A stand-in reset's reply as the step it answers: the new episode's first obs, no reward,
         ``truncated``, and the info saying why."""
         env_ids = reply.env_ids
         failed = set(reply.failed_ids())
         answered = [i for i in env_ids if i not in failed]
-        buffers = self.backend.buffers
+        buffers = self._backend.buffers
         buffers.reward[answered] = 0.0
         buffers.terminated[answered] = False
         buffers.truncated[answered] = True
@@ -142,28 +145,29 @@ class ResumesRebuiltEnvs:
             buffers.ended[answered] = False
         values = {}
         for env_id in env_ids:
-            failure, key = self._standins.pop(env_id)
+            failure, key = self.standins.pop(env_id)
             if env_id not in failed:
                 values[env_id] = {**(reply.values.get(env_id) or {}), key: True, "failure": failure}
         return Done(Step, env_ids, values, reply.failures)
 
-    def _rebuild_failed(self, reply: Done) -> Done:
+    def rebuild_failed(self, reply: Done) -> Done:
         """Rebuild the envs of a step reply that raised, within the budget; the reply without them."""
         healing = self.healing
-        assert healing is not None and self._sources is not None
+        if not healing.rebuilds_envs:
+            return reply
+        assert self._sources is not None
         rebuilding, kept = [], []
         for failure in reply.failures:
             reason = f"{failure.exc_type}: {failure.message} (in {failure.method})"
             if healing.admit((failure.env_index,), ENV_ERROR, reason, failure.traceback):
                 rebuilding.append(failure.env_index)
-                self._standins[failure.env_index] = (healing.failures[-1], ENV_RESTARTED)
+                self.standins[failure.env_index] = (healing.failures[-1], ENV_RESTARTED)
             else:
                 kept.append(failure)  # past the budget: raised as without healing
         if not rebuilding:
             return reply
         ids = tuple(rebuilding)
-        self._per_env()
-        self._sent_at[list(ids)] = time.monotonic()
-        self.backend.dispatch(Rebuild(ids, tuple(self._sources[i] for i in ids), healing.fresh_seeds(ids)))
+        self._ledger.resent(list(ids), time.monotonic())
+        self._backend.dispatch(Rebuild(ids, tuple(self._sources[i] for i in ids), healing.fresh_seeds(ids)))
         answered = tuple(i for i in reply.env_ids if i not in rebuilding)
         return Done(Step, answered, reply.values, tuple(kept), reply.info)
