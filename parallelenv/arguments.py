@@ -137,6 +137,13 @@ def wait_count(wait_num: Any, outstanding: int) -> int:
     return wait_num
 
 
+def attribute_name(name: Any) -> str:
+    """An env attribute's or method's name, checked."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"an attribute or method name must be a non-empty str, not {name!r}")
+    return name
+
+
 def check_align(align: str) -> str:
     if align not in ("item", "batch"):
         raise ValueError(f"align={align!r}; use 'item' or 'batch'")

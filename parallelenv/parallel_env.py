@@ -7,13 +7,10 @@ No IPC happens here: the backend runs the calls, and
 
 from __future__ import annotations
 
-import atexit
 import functools
 import inspect
-import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours, to run after it)
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,15 +19,17 @@ from gymnasium.vector.utils import batch_space
 
 from parallelenv import arguments
 from parallelenv.array_kinds import Selection
-from parallelenv.arrays import import_torch, is_tensor
+from parallelenv.arrays import is_tensor
+from parallelenv.at_exit import close_at_exit
 from parallelenv.backends import BackendConfig, env_maker, resolve_backend
 from parallelenv.backends.base import Backend, RestartsWorkers
 from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, GetAttr, ReplaceEnv, Reset, SetAttr, env_error
 from parallelenv.errors import ClosedError
 from parallelenv.healing import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW_S, Healing, SurvivedFailure
 from parallelenv.inflight import InFlight
+from parallelenv.output import check_output, converter
 from parallelenv.policies import Policy, resolve_policy
-from parallelenv.results import Outcome, batch_results, item_results
+from parallelenv.results import Outcome, shaped
 from parallelenv.serialised import one_caller_at_a_time
 
 DEFAULT_CALL_TIMEOUT_S = 600.0
@@ -114,7 +113,7 @@ class ParallelEnv:
     ) -> None:
         self._lock = threading.RLock()
         self._closed = True  # until the backend exists, close() has nothing to do
-        _check_output(output, device)
+        check_output(output, device)
         if copy not in (None, True, False):
             raise TypeError(f"copy={copy!r}; use True or False")
         self._policy = resolve_policy(asynchronous)
@@ -136,7 +135,7 @@ class ParallelEnv:
         self.call_timeout = call_timeout
         self._backend: Backend = factory(envs, config, **backend_options)
         self._closed = False
-        _OPEN.add(self)
+        close_at_exit(self)
         if self._healing.restarts_workers and not isinstance(self._backend, RestartsWorkers):
             self.close()
             raise ValueError(
@@ -147,19 +146,11 @@ class ParallelEnv:
             self._backend.buffers.lent = not copy
         sources = list(envs) if self._healing.rebuilds_envs else None
         self._calls = InFlight(self._backend, self._policy, call_timeout, self._healing, sources)
-        self._to_torch = None
-        if self._calls.arrays.native_output != "torch" and (output == "torch" or device is not None):
-            buffers = self._backend.buffers
-            if buffers.private_obs or buffers.private_actions:
-                self.close()
-                raise ValueError(
-                    f"output='torch': a space of no fixed shape ({self._backend.single_observation_space} or "
-                    f"{self._backend.single_action_space}) has no tensor form; use NumPy output"
-                )
-            self._to_torch = _torch_output(device)
-        elif self._calls.arrays.native_output == "torch" and output == "numpy":
+        try:
+            self._to_torch = converter(output, device, self._calls.arrays.native_output, self._backend, para_mode)
+        except ValueError:
             self.close()
-            raise ValueError(f"output='numpy': the results of para_mode={para_mode!r} are torch tensors")
+            raise
         n = self.num_envs = self._backend.num_envs
         self.single_observation_space = self._backend.single_observation_space
         self.single_action_space = self._backend.single_action_space
@@ -311,13 +302,13 @@ class ParallelEnv:
     def get_env_attr(self, name: str, id: Any = None) -> list[Any]:
         """The attribute ``name`` of each env of ``id`` (None where an env has none)."""
         selection = self._selection(id)
-        return self._values(GetAttr(selection.env_ids, _name(name)), selection)
+        return self._values(GetAttr(selection.env_ids, arguments.attribute_name(name)), selection)
 
     @one_caller_at_a_time
     def set_env_attr(self, name: str, value: Any, id: Any = None) -> None:
         """Set the attribute ``name`` to ``value`` on every env of ``id``."""
         selection = self._selection(id)
-        self._values(SetAttr(selection.env_ids, _name(name), value), selection)
+        self._values(SetAttr(selection.env_ids, arguments.attribute_name(name), value), selection)
 
     @one_caller_at_a_time
     def customized_method(self, name: str | Callable[..., Any], data: Any = None, id: Any = None) -> list[Any]:
@@ -348,7 +339,7 @@ class ParallelEnv:
         """
         selection = self._selection(id)
         per_env = (NO_ARGUMENT,) * len(selection) if data is None else arguments.per_env(data, selection.ids, "data")
-        method = name if callable(name) else _name(name)
+        method = name if callable(name) else arguments.attribute_name(name)
         return self._values(CallMethod(selection.env_ids, method, per_env), selection)
 
     @one_caller_at_a_time
@@ -431,62 +422,26 @@ class ParallelEnv:
         return [outcome.values[i] for i in selection.env_ids]
 
     def _results(self, outcome: Outcome, align: str, with_env_id: bool) -> Any:
-        """The outcome of a step, recv or reset in the shape ``align`` asks for; an EnvError carrying
-        them if any env raised. ``with_env_id``: ``info["env_id"]`` says which envs answered (always
-        with an error)."""
-        results = None
-        if outcome.results is not None:
-            obs, *step_arrays = outcome.results
-            answered = outcome.answered.ids
-            env_ids = answered if with_env_id or outcome.failures else None
-            assemble = batch_results if align == "batch" else item_results
-            results = assemble(obs, tuple(step_arrays) or None, answered, outcome.received, self._calls.arrays,
-                               env_ids=env_ids)
-            if self._to_torch is not None:
-                results = self._to_torch.results(results, align)
+        """The outcome of a step, recv or reset as ``align`` shapes it; an EnvError carrying them if any env raised."""
+        results = shaped(outcome, align, with_env_id, self._calls.arrays)
+        if results is not None and self._to_torch is not None:
+            results = self._to_torch.results(results, align)
         if outcome.failures:
             raise env_error(outcome.failures, results)
         return results
 
 
-# The keyword arguments of ParallelEnv that ParallelEnv.make passes on to it.
-_OPTIONS = tuple(
-    name for name, parameter in inspect.signature(ParallelEnv.__init__).parameters.items()
-    if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name not in ("self", "envs", "para_mode")
-)
+def _forwarded_signature() -> tuple[tuple[str, ...], inspect.Signature]:
+    """The keyword arguments of ParallelEnv that ParallelEnv.make passes on to it, and make's signature
+    stating them with their defaults (for help() and IDEs), both read from ``__init__``."""
+    options = [
+        parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for name, parameter in inspect.signature(ParallelEnv.__init__).parameters.items()
+        if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name not in ("self", "envs", "para_mode")
+    ]
+    make = inspect.signature(ParallelEnv.make)
+    *leading, backend_options, gym_kwargs = make.parameters.values()
+    return tuple(p.name for p in options), make.replace(parameters=[*leading, *options, backend_options, gym_kwargs])
 
 
-# ParallelEnvs not closed when the interpreter exits: close them while their
-# backends can still shut down cleanly (workers joined, shared memory unlinked).
-_OPEN: weakref.WeakSet[ParallelEnv] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_open_envs() -> None:
-    for penv in list(_OPEN):
-        try:
-            penv._close_at_exit()
-        except Exception:
-            pass
-
-
-def _name(name: Any) -> str:
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"an attribute or method name must be a non-empty str, not {name!r}")
-    return name
-
-
-def _check_output(output: Any, device: Any) -> None:
-    if output not in (None, "numpy", "torch"):
-        raise ValueError(f"output={output!r}; use 'numpy' or 'torch'")
-    if output == "numpy" and device is not None:
-        raise ValueError("device= is for output='torch'")
-    if output == "torch" or device is not None:
-        import_torch("output='torch'")  # before any worker starts: or says what to install
-
-
-def _torch_output(device: Any) -> Any:
-    # Imports torch, or says how to install it.
-    from parallelenv.torch_output import TorchOutput
-
-    return TorchOutput(device)
+_OPTIONS, ParallelEnv.make.__func__.__signature__ = _forwarded_signature()  # type: ignore[attr-defined]

@@ -51,6 +51,18 @@ class Outcome:
     values: dict[int, Any] = field(default_factory=dict)
 
 
+def shaped(outcome: Outcome, align: str, with_env_id: bool, arrays: NumpyArrays) -> Any:
+    """The results of a step, recv or reset's ``outcome`` as ``align`` shapes them; None where no env
+    answered. ``with_env_id``: ``info["env_id"]`` says which envs answered (always beside failures)."""
+    if outcome.results is None:
+        return None
+    obs, *step_arrays = outcome.results
+    answered = outcome.answered.ids
+    env_ids = answered if with_env_id or outcome.failures else None
+    assemble = batch_results if align == "batch" else item_results
+    return assemble(obs, tuple(step_arrays) or None, answered, outcome.received, arrays, env_ids=env_ids)
+
+
 def add_ended(received: Received, ended: np.ndarray | None, ended_obs: Any, selection: Selection) -> None:
     """The episodes that ended in the step of ``selection`` handed over, out of the buffers' rows
     of ended episodes (``Buffers.ended``, ``Buffers.ended_obs``), if any."""

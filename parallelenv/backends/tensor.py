@@ -203,7 +203,7 @@ class TensorBackend(RunsInCaller):
         other attribute as the same value for every env; None where there is none."""
         with _raised_as(name):
             value = getattr(self.env, name, None)
-        if self._per_env(value):
+        if self._has_each_envs_value(value):
             return list((value if index is None else value[index]).unbind(0))
         return [value] * count
 
@@ -212,7 +212,7 @@ class TensorBackend(RunsInCaller):
         only be set for every env at once."""
         with _raised_as(name):
             current = getattr(self.env, name, _MISSING)
-        per_env = self._per_env(current)
+        per_env = self._has_each_envs_value(current)
         if not per_env and count < self.num_envs:
             raise ValueError(f"{name!r} is not a per-env tensor of this {type(self.env).__name__}, so it is "
                              "shared by every env: set it with id=None")
@@ -246,7 +246,7 @@ class TensorBackend(RunsInCaller):
                              f"{len(call.env_ids)} envs")
         return values
 
-    def _per_env(self, value: Any) -> bool:
+    def _has_each_envs_value(self, value: Any) -> bool:
         return isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == self.num_envs
 
 
