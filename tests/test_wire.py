@@ -19,7 +19,7 @@ from gymnasium import spaces
 from parallelenv.backends import wire
 from parallelenv.backends.buffers import Buffers
 from parallelenv.backends.countdown import Countdown
-from parallelenv.backends.env_host import EnvGroup
+from parallelenv.backends.env_group import EnvGroup
 from parallelenv.backends.worker import Attach, _serve
 from parallelenv.batching import zeros
 from parallelenv.calls import CallMethod, Done, Failure, GetAttr, Rebuild, ReplaceEnv, Reset, SetAttr, Step, split_call

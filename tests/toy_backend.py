@@ -8,7 +8,10 @@ from collections.abc import Sequence
 
 from parallelenv.backends import BackendConfig
 from parallelenv.backends.buffers import Buffers
-from parallelenv.backends.env_host import EnvGroup, EnvSource, common_spaces, make_envs, silenced
+from parallelenv.backends.env_group import EnvGroup
+from parallelenv.backends.env_sources import EnvSource, make_envs
+from parallelenv.backends.silencing import silenced
+from parallelenv.backends.spaces import common_spaces
 from parallelenv.batching import zeros
 from parallelenv.calls import Call, Done, Failure
 

@@ -7,14 +7,10 @@ from typing import Any
 
 from parallelenv.backends.base import BackendConfig, RunsInCaller, unknown_options
 from parallelenv.backends.buffers import Buffers, renewable
-from parallelenv.backends.env_host import (
-    EnvGroup,
-    EnvSource,
-    common_spaces,
-    make_envs,
-    refuse_instances_to_rebuild,
-    silenced,
-)
+from parallelenv.backends.env_group import EnvGroup
+from parallelenv.backends.env_sources import EnvSource, make_envs, refuse_instances_to_rebuild
+from parallelenv.backends.silencing import silenced
+from parallelenv.backends.spaces import common_spaces
 from parallelenv.batching import zeros
 from parallelenv.calls import Call, Failure, Reply
 

@@ -32,9 +32,10 @@ from parallelenv.backends import wire
 from parallelenv.backends.base import BackendConfig, available_cpus
 from parallelenv.backends.buffers import spare_obs_slots
 from parallelenv.backends.countdown import Countdown
-from parallelenv.backends.env_host import EnvSource, common_spaces, env_list, pickle_sources
-from parallelenv.backends.groups import Groups
+from parallelenv.backends.env_sources import EnvSource, env_list, pickle_sources
+from parallelenv.backends.partition import Groups
 from parallelenv.backends.shm import SharedBuffers
+from parallelenv.backends.spaces import common_spaces
 from parallelenv.backends.spawning import main_module_not_rerun, single_threaded_numerics, start_context
 from parallelenv.backends.worker import LINGER_S, Attach, Ready, worker_main
 from parallelenv.calls import Call, Done, Failure, Reply, Step

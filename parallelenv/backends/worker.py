@@ -23,7 +23,8 @@ from gymnasium import spaces
 
 from parallelenv.backends import wire
 from parallelenv.backends.countdown import WorkerCountdown
-from parallelenv.backends.env_host import EnvGroup, make_envs
+from parallelenv.backends.env_group import EnvGroup
+from parallelenv.backends.env_sources import make_envs
 from parallelenv.backends.lifeline import tie_to_parent
 from parallelenv.backends.shm import SharedBuffers
 from parallelenv.calls import Failure

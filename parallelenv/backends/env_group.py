@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import copy
 import functools
-import sys
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 
 from parallelenv.backends.buffers import Buffers
+from parallelenv.backends.env_sources import EnvSource, close_quietly, make_env
+from parallelenv.backends.spaces import SpacePair, check_replacement
 from parallelenv.batching import is_per_env_objects, row_writer, rows_reader, rows_view
 from parallelenv.calls import (
     NO_ARGUMENT,
@@ -40,100 +39,6 @@ from parallelenv.calls import (
     method_name,
 )
 
-EnvSource = Any  # a gym.Env, or a zero-argument callable returning one
-
-
-def env_list(envs: Any) -> list[EnvSource]:
-    """The user's ``envs`` as a list of env sources, checked where the user gave them.
-
-    A TypeError says what a CPU backend takes. One env instance given as two
-    entries (also under other wrappers) is an :class:`~parallelenv.EnvError`
-    for ``make``, as :func:`make_envs` reports it, raised before any env is
-    sent anywhere: a process backend would pickle each entry on its own, and
-    the copies would hide it. Factories cannot be compared here: their envs
-    exist once called, which a process backend does in its workers, each on
-    its own unpickled copy of the factory. There an env that several
-    factories share arrives as copies, each its own env; it is refused where
-    one process builds it twice (a factory returning a module-level env).
-    """
-    sources = _source_list(envs)
-    given: dict[int, int] = {}
-    for env_id, source in enumerate(sources):
-        if isinstance(source, gym.Env):
-            try:
-                refuse_shared_env(source, env_id, given)
-            except ValueError as exc:
-                Failure.from_exception(env_id, "make", exc).raise_error()
-    return sources
-
-
-def _source_list(envs: Any) -> list[EnvSource]:
-    if isinstance(envs, (gym.Env, str)) or not isinstance(envs, Sequence) or not envs:
-        raise TypeError(f"envs must be a non-empty list of gym.Env instances or factories of them, not "
-                        f"{type(envs).__name__}")
-    return list(envs)
-
-
-def pickle_sources(sources: Sequence[EnvSource]) -> list[bytes]:
-    """cloudpickle each env or factory, naming the first that cannot be sent to a worker."""
-    payloads = []
-    for env_id, source in enumerate(sources):
-        try:
-            payloads.append(cloudpickle.dumps(source))
-        except Exception as exc:
-            raise TypeError(
-                f"env {env_id} ({source!r}) cannot be pickled to send it to a worker process: "
-                f"{type(exc).__name__}: {exc}. Pass a factory that builds the env in the worker."
-            ) from exc
-    return payloads
-
-
-def make_envs(sources: Sequence[EnvSource], first_id: int) -> list[gym.Env] | Failure:
-    """Build the envs of a group, or describe the first one that failed.
-
-    An env that is another env of the group (the same object, or the same
-    env under other wrappers) fails too: stepped once per entry, it would
-    give every entry's results from one env.
-    """
-    sources = _source_list(sources)
-    envs: list[gym.Env] = []
-    built: dict[int, int] = {}  # id() of each unwrapped env -> the env id it was built as
-    for offset, source in enumerate(sources):
-        env_id = first_id + offset
-        try:
-            env = _make_env(source)
-            refuse_shared_env(env, env_id, built)
-        except Exception as exc:
-            for made in envs:
-                _close_quietly(made)
-            return Failure.from_exception(env_id, "make", exc)
-        envs.append(env)
-    return envs
-
-
-def refuse_shared_env(env: gym.Env, env_id: int, built: dict[int, int]) -> None:
-    """Record ``env`` as env ``env_id`` in ``built``, or raise a ValueError naming the env it already is."""
-    first = built.setdefault(id(env.unwrapped), env_id)
-    if first != env_id:
-        raise ValueError(
-            f"env {env_id} is the same env instance as env {first} ({env.unwrapped!r}): each entry of envs needs "
-            "its own env. Pass factories that build a new env on each call, not one env twice or a factory that "
-            "returns the same env every time"
-        )
-
-
-def refuse_instances_to_rebuild(sources: Sequence[EnvSource]) -> None:
-    """A ValueError if an env is an instance run where it is: a failed env cannot be rebuilt from itself."""
-    instances = [env_id for env_id, source in enumerate(sources) if isinstance(source, gym.Env)]
-    if instances:
-        raise ValueError(
-            f"on_env_error='restart' rebuilds a failed env from its factory, but envs {instances[:8]} are env "
-            "instances that run in this process as they are. Pass factories (e.g. lambda: gym.make(...))"
-        )
-
-
-SpacePair = tuple[gym.Space, gym.Space]
-
 # Observations are written in one assignment from the list of them when
 # their rows are a slice (a whole group's step): NumPy copies each into its
 # row, with no temporary array; bigobs8's frames went in ~7 µs faster a step
@@ -141,106 +46,6 @@ SpacePair = tuple[gym.Space, gym.Space]
 # assignment through fancy indexing first stacks the frames, an extra copy
 # of each, which costs more than the loop once a row is larger than this.
 ROW_BY_ROW_BYTES = 4096
-
-
-class SpaceMismatch(ValueError, RuntimeError):
-    """Env ``env_id`` has other spaces than env ``reference_id``: all envs must share theirs.
-
-    Also a RuntimeError, which Gymnasium's vector envs raise for envs of different spaces.
-    """
-
-    def __init__(self, env_id: int, kind: str, mine: gym.Space, reference_id: int, reference: gym.Space) -> None:
-        super().__init__(
-            f"env {env_id} has {kind} {mine}, but env {reference_id} has {reference}; all envs must share their spaces"
-        )
-        self.fields = (env_id, kind, mine, reference_id, reference)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return SpaceMismatch, self.fields
-
-    def shifted(self, offset: int) -> SpaceMismatch:
-        """The same mismatch for envs numbered ``offset`` higher (a group's envs, in global ids)."""
-        env_id, kind, mine, reference_id, reference = self.fields
-        return SpaceMismatch(env_id + offset, kind, mine, reference_id + offset, reference)
-
-
-def common_spaces(per_env: Sequence[SpacePair]) -> SpacePair:
-    """The spaces every env shares; a :class:`SpaceMismatch` names the first env that differs from env 0."""
-    first = per_env[0]
-    for env_id, pair in enumerate(per_env):
-        for kind, mine, reference in zip(("observation_space", "action_space"), pair, first, strict=True):
-            if mine != reference:
-                raise SpaceMismatch(env_id, kind, mine, 0, reference)
-    return first
-
-
-# What ``warnings.simplefilter("ignore")`` inserts.
-_IGNORE_EVERY_WARNING = ("ignore", None, Warning, None, 0)
-# Where catch_warnings keeps its filters per context (free-threaded builds,
-# or -X context_aware_warnings), warnings.filters is not where they are read.
-_FILTERS_PER_CONTEXT = getattr(sys.flags, "context_aware_warnings", False)
-# How catch_warnings tells the warnings machinery that the filters changed
-# (its caches of warnings already shown depend on them), where it exists.
-_FILTERS_MUTATED = None if _FILTERS_PER_CONTEXT else getattr(warnings, "_filters_mutated", None)
-
-
-class silenced:
-    """Ignore the warnings raised inside envs while in effect, when ``no_warning`` is set.
-
-    The dummy backend enters one around every call it runs, so it costs as
-    little as a filter can: it swaps in a filter list that starts with an
-    ignore-everything filter and puts the caller's back on exit, as
-    ``catch_warnings`` does less its other bookkeeping (~1 us against ~3 us
-    per call). Where the filters are kept per context, or the hook that
-    marks them changed is missing, it is ``catch_warnings`` itself.
-    """
-
-    __slots__ = ("_no_warning", "_saved", "_catcher")
-
-    def __init__(self, no_warning: bool) -> None:
-        self._no_warning = no_warning
-        self._saved: list[Any] | None = None
-        self._catcher: Any = None
-
-    def __enter__(self) -> None:
-        if not self._no_warning:
-            return
-        if self._saved is not None or self._catcher is not None:
-            raise RuntimeError("silenced is already in effect: it cannot be entered twice at once")
-        if _FILTERS_MUTATED is not None:
-            self._saved = warnings.filters
-            warnings.filters = [_IGNORE_EVERY_WARNING, *self._saved]
-            _FILTERS_MUTATED()
-            return
-        self._catcher = warnings.catch_warnings()
-        self._catcher.__enter__()
-        warnings.simplefilter("ignore")
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._saved is not None:
-            warnings.filters, self._saved = self._saved, None
-            _FILTERS_MUTATED()  # type: ignore[misc]
-        elif self._catcher is not None:
-            self._catcher.__exit__(*exc_info)
-            self._catcher = None
-
-
-def _make_env(source: EnvSource) -> gym.Env:
-    if isinstance(source, gym.Env):
-        return source
-    if not callable(source):
-        raise TypeError(f"got a {type(source).__name__}, not a gymnasium.Env or a factory of one")
-    env = source()
-    if not isinstance(env, gym.Env):
-        raise TypeError(f"its factory returned a {type(env).__name__}, not a gymnasium.Env")
-    return env
-
-
-def _close_quietly(env: gym.Env) -> None:
-    try:
-        env.close()
-    except Exception:  # closing is best effort: the env may be what failed
-        pass
 
 
 def _restarted(env: gym.Env, result: tuple) -> tuple:
@@ -320,7 +125,7 @@ class EnvGroup:
 
     def close(self) -> None:
         for env in self.envs:
-            _close_quietly(env)
+            close_quietly(env)
 
     def _env(self, env_id: int) -> gym.Env:
         return self.envs[env_id - self.first_id]
@@ -444,19 +249,18 @@ class EnvGroup:
     def _put_new_env(self, env_id: int, source: EnvSource) -> gym.Env:
         """Build an env from ``source`` and put it in place of env ``env_id``, which is closed."""
         old = self._env(env_id)
-        new = _make_env(source)
+        new = make_env(source)
         if new.unwrapped is old.unwrapped:
             raise ValueError(
                 f"env {env_id} was given as an env instance, which runs here as it is: it cannot be rebuilt from "
                 "itself. Pass a factory to rebuild it"
             )
-        # The buffers are shaped by the spaces: a new env must fit the old one's rows.
-        for kind in ("observation_space", "action_space"):
-            mine, theirs = getattr(new, kind), getattr(old, kind)
-            if mine != theirs:
-                _close_quietly(new)
-                raise ValueError(f"the new env has {kind} {mine}, but env {env_id} has {theirs}")
-        _close_quietly(old)
+        try:
+            check_replacement(new, old, env_id)
+        except ValueError:
+            close_quietly(new)
+            raise
+        close_quietly(old)
         self.envs[env_id - self.first_id] = new
         return new
 
