@@ -1,11 +1,11 @@
-"""Overlapped collection: one half of the envs steps while the policy acts for the other.
+"""Overlapped collection: one half of the envs steps while the agent acts for the other.
 
 Sample Factory's double-buffered sampling over the ParallelEnv's ``send`` and
 ``recv``, as :class:`~parallelenv.rollout.VecWorker` runs it with
 ``overlap=True``. A mixin of VecWorker, whose ``collect`` calls
 ``_collect_overlapped``; the state it reads and writes (the current obs,
-the step count, the halves) and the step's recording (``_act``,
-``_settle``) are VecWorker's.
+the step count, the halves), the agent's actions (``_act``) and the
+settling of each step (``_settler``, :mod:`parallelenv.settling`) are VecWorker's.
 
 The halves are the even and the odd env ids: a worker process or Ray actor
 hosts a run of consecutive ids and steps them one after another, so a
@@ -29,7 +29,7 @@ from parallelenv.trajectories import StepFields, Transitions
 
 if TYPE_CHECKING:
     from parallelenv.parallel_env import ParallelEnv
-    from parallelenv.rollout import _Settled
+    from parallelenv.settling import Settled, Settler
 
 
 @dataclass
@@ -42,22 +42,23 @@ class _Half:
 
 
 class CollectsOverlapped:
-    """VecWorker's ``collect`` with ``overlap=True``; it also uses VecWorker's ``_act`` and ``_settle``."""
+    """VecWorker's ``collect`` with ``overlap=True``; it also uses VecWorker's ``_act`` and ``_settler``."""
 
     penv: ParallelEnv
     _obs: Tree
     _env_is_torch: bool
     _halves: tuple[np.ndarray, np.ndarray]
     _step_count: int
+    _settler: Settler
 
     def _collect_overlapped(self, num_steps: int, step_numbers: Iterable[int]) -> Transitions:
-        """collect, one half of the envs stepping while the policy acts for the other.
+        """collect, one half of the envs stepping while the agent acts for the other.
 
         Half 0 is sent for step t+1 before half 1's step t is received, so
-        the policy always has a half to act for while the other is away. A
+        the agent always has a half to act for while the other is away. A
         half settles (episode ends, resets) before its next step is sent, as
         in a plain step; under ``ends_all`` that needs the other half's
-        results too, so both settle together and only half 1's policy call
+        results too, so both settle together and only half 1's agent call
         overlaps a step.
         """
         if self._env_is_torch:
@@ -66,7 +67,8 @@ class CollectsOverlapped:
         halves = [_Half(ids, take_rows(self._obs, ids)) for ids in self._halves]
         # The halves' rows, even ids then odd ones, back in env order.
         in_env_order = np.argsort(np.concatenate(self._halves), kind="stable")
-        # What settles at once: each half on its own, or both when one env's end ends all.
+        # What settles at once: each half on its own, or both when one env's end ends all
+        # (the ParallelEnv's asynchronous=None rule, penv.policy).
         groups = [halves] if self.penv.policy.ends_all else [[half] for half in halves]
         arrived: dict[int, tuple[Any, ...]] = {}  # results received before their half was waited for
         steps: list[list[StepFields]] = [[] for _ in groups]  # per group; their columns put in env order at the end
@@ -106,7 +108,7 @@ class CollectsOverlapped:
         self.penv.send(env_action, id=half.ids)
         half.sent = (half.obs, action)
 
-    def _settle_halves(self, halves: Sequence[_Half], arrived: dict[int, tuple[Any, ...]]) -> _Settled:
+    def _settle_halves(self, halves: Sequence[_Half], arrived: dict[int, tuple[Any, ...]]) -> Settled:
         """Receive the step in flight of ``halves`` and settle it as one, their envs in the halves' order."""
         rows = np.concatenate([half.ids for half in halves])
         sent = [half.sent for half in halves]
@@ -115,7 +117,7 @@ class CollectsOverlapped:
             obs, action = sent[0]
         else:
             obs, action = (concatenate(parts) for parts in zip(*sent, strict=True))
-        settled = self._settle(rows, obs, action, self._received(rows, arrived))
+        settled = self._settler.settle(rows, obs, action, self._received(rows, arrived))
         start = 0
         for half in halves:
             stop = start + len(half.ids)
@@ -138,7 +140,7 @@ class CollectsOverlapped:
             del results[4]["_env_id"]
             if missing == len(wanted) and np.array_equal(env_ids, wanted):
                 return results
-            _keep_per_env(results, env_ids, arrived)
+            _keep_each_env(results, env_ids, arrived)
             missing = int(sum(i not in arrived for i in wanted.tolist()))
         obs, reward, terminated, truncated, infos = zip(*(arrived.pop(i) for i in wanted.tolist()), strict=True)
         # Rebuilt from each env's entries, the vector info holds what collect
@@ -161,7 +163,7 @@ class CollectsOverlapped:
                 return  # a lost worker or a closed ParallelEnv: nothing is left to receive
 
 
-def _keep_per_env(results: tuple[Any, ...], env_ids: np.ndarray, arrived: dict[int, tuple[Any, ...]]) -> None:
+def _keep_each_env(results: tuple[Any, ...], env_ids: np.ndarray, arrived: dict[int, tuple[Any, ...]]) -> None:
     """Each env's row of batched step results, into ``arrived``."""
     obs, reward, terminated, truncated, info = results
     for p, i in enumerate(env_ids.tolist()):

@@ -1,14 +1,19 @@
-"""VecWorker: collect experience from a ParallelEnv with a policy, one level above the vector env.
+"""VecWorker: collect experience from a ParallelEnv with an agent, one level above the vector env.
+
+The agent is the ``policy`` argument (garage's word for it: the callable
+that maps observations to actions); here it is called the agent, since a
+ParallelEnv's ``policy`` is its ``asynchronous`` rule for finished envs
+(:class:`parallelenv.policies.Policy`).
 
 The worker keeps every env in an episode at all times, whatever the
-ParallelEnv's ``asynchronous`` policy:
+ParallelEnv's ``asynchronous`` rule:
 
 - ``"restart"``: the env host resets a finished env in the same step; the
   worker reads the ended episode's last obs from ``info["ended_state"]``.
 - ``"idle"`` and ``"continue"``: the step returns a finished env's real last
   obs; the worker resets that env before the next step, so it never sees
   None results (``"idle"``) or steps a finished env (``"continue"``).
-- ``None``: when one env finishes, the policy finishes them all. The worker
+- ``None``: when one env finishes, the rule finishes them all. The worker
   records the other envs' episodes as *truncated* at that step (their
   ``next_obs`` is their real obs, good for bootstrapping) and resets every env.
 
@@ -17,17 +22,16 @@ ParallelEnv's ``asynchronous`` policy:
 ``overlap=True`` is Sample Factory's double-buffered sampling over the
 ParallelEnv's ``send``/``recv``: :meth:`VecWorker.collect` splits the envs
 into two halves and computes one half's actions while the other half steps,
-so that neither the policy nor the envs wait for each other. The halves are
-the even and the odd env ids: a worker process or Ray actor hosts a run of
-consecutive ids and steps them one after another, so a half's step takes
-about half a whole step's time only if the half holds about half of every
-worker's envs (with halves of consecutive ids, one half would be whole
-workers, as slow to step as every env). Each env sees the same actions in
-the same order as without overlap, provided the policy acts on each row
+so that neither the agent nor the envs wait for each other. The halves are
+the even and the odd env ids, so that each holds half of every worker's
+envs (:mod:`parallelenv.overlap` says why). Each env sees the same actions in
+the same order as without overlap, provided the agent acts on each row
 alone (it is called on half batches). Under ``asynchronous=None`` one env's
 end ends every env's episode, so a half cannot start its next step before
 the other half's results are in: the results are the same, the overlap is
-lost. :mod:`parallelenv.overlap` runs it.
+lost. :mod:`parallelenv.overlap` runs it; :mod:`parallelenv.settling` settles
+each step (episode ends, resets) and :mod:`parallelenv.episode_record` keeps
+the steps the episode API hands over as whole episodes.
 
 ``seed`` and ``worker_number`` play garage's parts: workers built with one
 base seed and different worker numbers give their envs distinct seeds, each
@@ -44,60 +48,30 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from parallelenv import arguments
-from parallelenv.arrays import (
-    Tree,
-    copy_tree,
-    first_leaf,
-    is_tensor,
-    put_masked,
-    put_row,
-    put_rows,
-    stack,
-    to_numpy,
-    to_torch,
-    tree_map,
-)
+from parallelenv.arrays import Tree, copy_tree, first_leaf, is_tensor, put_rows, to_numpy, to_torch
 from parallelenv.batching import check_batch
-from parallelenv.infos import ended_states, step_info
+from parallelenv.episode_record import EpisodeRecord
 from parallelenv.overlap import CollectsOverlapped
 from parallelenv.parallel_env import ParallelEnv
+from parallelenv.settling import Settled, Settler
 from parallelenv.trajectories import EpisodeBatch, StepFields, Transitions
 
 OUTPUTS = ("auto", "numpy", "torch")
 
 
-@dataclass(frozen=True)
-class _Step(StepFields):
-    """One step of every env, in the worker's output format, with its vector info."""
-
-    info: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class _Settled:
-    """One step of some envs, recorded, and where it left them."""
-
-    step: _Step
-    ended: np.ndarray  # the envs whose episode ended with it
-    obs: Tree  # their obs for the next step: a new episode's first where one ended
-    returns: list[float]  # of the episodes that ended, in env order
-    lengths: list[int]
-
-
 class VecWorker(CollectsOverlapped):
-    """Runs a policy on a ParallelEnv and hands back transitions or whole episodes.
+    """Runs an agent on a ParallelEnv and hands back transitions or whole episodes.
 
     Args:
         penv: the envs. :meth:`shutdown` closes it.
-        policy: a callable from a batch of observations to a batch of
-            actions (NumPy arrays or torch tensors), e.g. a ``torch.nn.Module``.
+        policy: the agent: a callable from a batch of observations to a batch
+            of actions (NumPy arrays or torch tensors), e.g. a ``torch.nn.Module``.
             It receives observations in the worker's output format.
         max_episode_length: cut episodes after this many steps (as truncations).
         output: ``"numpy"``, ``"torch"``, or ``"auto"``: what the ParallelEnv
@@ -113,16 +87,16 @@ class VecWorker(CollectsOverlapped):
             ``seed + i`` would. :attr:`env_seeds` lists them.
         overlap: let :meth:`collect` step one half of the envs (the even
             ids, or the odd ones, so that each half holds half of every
-            worker's envs) while the policy computes the other half's
-            actions (see the module's docstring). The policy is then called
+            worker's envs) while the agent computes the other half's
+            actions (see the module's docstring). The agent is then called
             on half batches and must act on each row alone, as a network
             without batch statistics does; each env then sees the same
             actions, in the same order, as without overlap. It hides the
-            envs' waiting behind the policy, at the price of a second send
-            and recv per step and of two policy calls on half batches: it
+            envs' waiting behind the agent, at the price of a second send
+            and recv per step and of two agent calls on half batches: it
             pays where the envs wait on cores of their own (I/O, a renderer,
             a simulator in another process; a subproc worker per env, or
-            Ray) and a half batch costs the policy about half a batch's
+            Ray) and a half batch costs the agent about half a batch's
             time. Measure it
             (``python -m benchmarks --workloads collect16``). The episode
             API (:meth:`step_episode`, :meth:`rollout`) steps every env
@@ -171,7 +145,6 @@ class VecWorker(CollectsOverlapped):
             raise ValueError(f"overlap=True steps two halves of the envs in turn; this ParallelEnv has {len(penv)} env")
         self.penv = penv
         self.policy = policy
-        self.max_episode_length = max_episode_length
         self.output = output
         self.device = device
         n = self.num_envs = len(penv)
@@ -187,15 +160,18 @@ class VecWorker(CollectsOverlapped):
         self._obs: Tree = None  # the current obs, in the output format; None until started
         self._env_is_torch = False
         self._env_device: Any = None  # where a tensor ParallelEnv keeps its results
-        self._returns = np.zeros(n)
-        self._lengths = np.zeros(n, dtype=np.int64)
-        # The episode API's record: steps since the oldest episode in progress.
-        self._steps: list[_Step] = []
-        self._first_step = 0  # the step number of self._steps[0]
         self._step_count = 0
-        self._episode_start = np.full(n, -1, dtype=np.int64)  # -1: this episode is not recorded
-        self._completed: list[EpisodeBatch] = []
-        self._recording = False
+        self._settler = Settler(penv, max_episode_length, self._out)
+        self._record = EpisodeRecord(n)
+
+    @property
+    def max_episode_length(self) -> int | None:
+        """Episodes are cut after this many steps, as truncations; None: never."""
+        return self._settler.max_episode_length
+
+    @max_episode_length.setter
+    def max_episode_length(self, steps: int | None) -> None:
+        self._settler.max_episode_length = steps
 
     def __enter__(self) -> VecWorker:
         return self
@@ -206,23 +182,24 @@ class VecWorker(CollectsOverlapped):
     # ------------------------------------------------------------------ updates
 
     def update_agent(self, policy_or_params: Any) -> None:
-        """Use a new policy, or load new parameters into the current one.
+        """Use a new agent, or load new parameters into the current one (:attr:`policy`).
 
         Args:
-            policy_or_params: a callable replaces the policy; a mapping is
-                loaded with the policy's ``load_state_dict`` (a torch module's
-                ``state_dict()``); anything else goes to the policy's
+            policy_or_params: a callable replaces the agent; a mapping is
+                loaded with the agent's ``load_state_dict`` (a torch module's
+                ``state_dict()``); anything else goes to the agent's
                 ``set_param_values`` method, where it has one.
         """
+        agent = self.policy
         if callable(policy_or_params):
             self.policy = policy_or_params
-        elif isinstance(policy_or_params, Mapping) and hasattr(self.policy, "load_state_dict"):
-            self.policy.load_state_dict(policy_or_params)
-        elif hasattr(self.policy, "set_param_values"):
-            self.policy.set_param_values(policy_or_params)
+        elif isinstance(policy_or_params, Mapping) and hasattr(agent, "load_state_dict"):
+            agent.load_state_dict(policy_or_params)
+        elif hasattr(agent, "set_param_values"):
+            agent.set_param_values(policy_or_params)
         else:
             raise TypeError(
-                f"cannot update a {type(self.policy).__name__} policy with a {type(policy_or_params).__name__}: "
+                f"cannot update a {type(agent).__name__} policy with a {type(policy_or_params).__name__}: "
                 "pass a new callable, a state dict for a policy with load_state_dict, or parameters "
                 "for a policy with set_param_values"
             )
@@ -278,31 +255,20 @@ class VecWorker(CollectsOverlapped):
         self._env_is_torch = is_tensor(leaf)
         self._env_device = leaf.device if self._env_is_torch else None
         self._obs = self._out(obs)
-        self._returns[:] = 0
-        self._lengths[:] = 0
-        self._steps, self._first_step = [], self._step_count
-        self._episode_start[:] = self._step_count
-        self._recording = True
+        self._settler.new_episodes(self._every)
+        self._record.start(self._step_count)
 
     def step_episode(self) -> bool:
         """Step every env once; True when at least one episode completed (see :meth:`collect_episode`)."""
         self._ensure_started()
-        if not self._recording:
-            self._steps, self._first_step = [], self._step_count
-            self._recording = True
+        self._record.resume(self._step_count)
         settled = self._step_every_env()
-        ended = settled.ended
-        self._steps.append(settled.step)
-        for i in np.flatnonzero(ended).tolist():
-            if self._episode_start[i] >= 0:
-                self._completed.append(self._episode(i))
-            self._episode_start[i] = self._step_count
-        self._forget_old_steps()
-        return bool(ended.any())
+        self._record.add(settled.step, settled.ended, self._step_count)
+        return bool(settled.ended.any())
 
     def collect_episode(self) -> EpisodeBatch:
         """The episodes completed by :meth:`step_episode` since the last call (possibly none)."""
-        completed, self._completed = self._completed, []
+        completed = self._record.take_completed()
         if not completed:
             return EpisodeBatch.empty(self.penv.single_observation_space, self.penv.single_action_space, self._out)
         return EpisodeBatch.concatenate(completed)
@@ -313,7 +279,7 @@ class VecWorker(CollectsOverlapped):
             self.worker_init()  # the first start gives the envs their seeds
         else:
             self.start_episode()
-        self._completed = []
+        self._record.take_completed()  # episodes of earlier calls are not this rollout's
         while not self.step_episode():
             pass
         return self.collect_episode()
@@ -335,9 +301,7 @@ class VecWorker(CollectsOverlapped):
         if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 1:
             raise ValueError(f"num_steps={num_steps!r}; use a positive int")
         self._ensure_started()
-        self._recording = False
-        self._steps, self._completed = [], []
-        self._episode_start[:] = -1
+        self._record.stop()
         if self.overlap:
             return self._collect_overlapped(num_steps, _progress(range(num_steps), progress))
         returns: list[float] = []
@@ -376,88 +340,33 @@ class VecWorker(CollectsOverlapped):
     def _every(self) -> slice:
         return slice(0, self.num_envs)
 
-    def _step_every_env(self) -> _Settled:
-        """Step every env once with the policy's actions; restart the episodes that ended."""
+    def _step_every_env(self) -> Settled:
+        """Step every env once with the agent's actions; restart the episodes that ended."""
         obs = self._obs
         action, env_action = self._act(obs, self._every)
         results = self.penv.step(env_action)
         if self.penv.reuses_result_buffers:  # the next step would overwrite the steps kept here
             results = copy_tree(results)
-        settled = self._settle(self._every, obs, action, results)
+        settled = self._settler.settle(self._every, obs, action, results)
         self._obs = settled.obs
         self._step_count += 1
         return settled
-
-    def _settle(self, rows: slice | np.ndarray, obs: Tree, action: Tree, results: Any) -> _Settled:
-        """Record one step of the envs of ``rows`` (every env's slice, or a half's ids; ``results``
-        as ``step`` returns them for those envs); restart their episodes that ended. Both modes
-        run every step through here."""
-        next_obs, reward, terminated, truncated, info = results
-        terminated_np = to_numpy(terminated).astype(bool)
-        truncated_np = to_numpy(truncated).astype(bool)
-        done = terminated_np | truncated_np
-        self._returns[rows] += to_numpy(reward)
-        self._lengths[rows] += 1
-        next_obs, reward = self._out(next_obs), self._out(reward)
-        cut = np.zeros_like(done)
-        if self.max_episode_length is not None:
-            cut |= (self._lengths[rows] >= self.max_episode_length) & ~done
-        if self.penv.policy.ends_all and done.any():
-            cut |= ~done  # the policy has finished every env (overlap settles all rows together then)
-        ended = done | cut
-        new_obs = next_obs
-        restarted = info.get("_ended_state")
-        rebuilt = _rebuilt(info)
-        if restarted is not None or rebuilt is not None:
-            next_obs = copy_tree(next_obs)
-        if restarted is not None:  # the ``restart`` policy reset these envs: their real last obs is in the info
-            if not put_masked(next_obs, restarted, info["ended_state"]):
-                for p, last in ended_states(info).items():
-                    put_row(next_obs, p, last)
-        if rebuilt is not None:
-            # Envs rebuilt after a failure (on_worker_failure / on_env_error="restart")
-            # answered with their new episode's first obs: the old episode ends,
-            # truncated, where its env last was, and the new one starts from that obs.
-            for p in np.flatnonzero(rebuilt).tolist():
-                put_row(next_obs, p, tree_map(lambda x, p=p: x[p], obs))
-            restarted = rebuilt if restarted is None else to_numpy(restarted) | rebuilt
-        step = _Step(obs, action, reward, self._out(terminated_np), self._out(truncated_np | cut), next_obs, info)
-        if not ended.any():
-            return _Settled(step, ended, new_obs, [], [])
-        returns, lengths = self._returns[rows][ended].tolist(), self._lengths[rows][ended].tolist()
-        restarted_np = np.zeros_like(ended) if restarted is None else to_numpy(restarted)
-        new_obs = self._end_episodes(rows, new_obs, ended, restarted_np)
-        return _Settled(step, ended, new_obs, returns, lengths)
-
-    def _end_episodes(self, rows: slice | np.ndarray, obs: Tree, ended: np.ndarray, restarted: np.ndarray) -> Tree:
-        """Zero the counters of ended episodes; reset the envs the ParallelEnv did not. Returns ``obs``
-        (of the envs of ``rows``) with the first obs of the envs reset here."""
-        ids = np.arange(self.num_envs)[rows]
-        self._returns[ids[ended]] = 0
-        self._lengths[ids[ended]] = 0
-        to_reset = ended & ~restarted
-        if not to_reset.any():
-            return obs
-        first, _ = self.penv.reset(id=ids[to_reset])
-        obs = copy_tree(obs)
-        put_rows(obs, np.flatnonzero(to_reset), self._out(first))
-        return obs
 
     def _restart_envs(self, ids: np.ndarray, record: bool) -> None:
         """Reset ``ids`` and put their first obs into the current obs."""
         obs, _ = self.penv.reset(id=ids)
         put_rows(self._obs, ids, self._out(obs))
         if not record:  # an env replaced mid-episode: its episode so far is dropped
-            self._returns[ids] = 0
-            self._lengths[ids] = 0
-            self._episode_start[ids] = self._step_count if self._recording else -1
+            self._settler.new_episodes(ids)
+            self._record.drop(ids, self._step_count)
 
     def _act(self, obs: Tree, rows: slice | np.ndarray) -> tuple[Tree, Tree]:
-        """The policy's actions for the envs of ``rows`` (every env's slice, or a half's ids): as
+        """The agent's actions for the envs of ``rows`` (every env's slice, or a half's ids): as
         recorded (output format) and as the ParallelEnv takes them."""
+        agent = self.policy
         torch = sys.modules.get("torch")
         with torch.no_grad() if torch is not None else contextlib.nullcontext():
-            action = self.policy(obs)
+            action = agent(obs)
         if self._env_is_torch:
             env_action = to_torch(action, self._env_device)
         else:
@@ -467,7 +376,7 @@ class VecWorker(CollectsOverlapped):
                                          what="the policy's actions")
             except (TypeError, ValueError) as exc:
                 called_on = "" if len(ids) == self.num_envs else f", called on envs {_named(ids)}"
-                raise type(exc)(f"{exc} (policy {self.policy!r}{called_on})") from None
+                raise type(exc)(f"{exc} (policy {agent!r}{called_on})") from None
         return self._out(action), env_action
 
     # ------------------------------------------------------------------ formats
@@ -483,46 +392,6 @@ class VecWorker(CollectsOverlapped):
                 device = self._env_device or "cpu"
             return to_torch(tree, device)
         return to_numpy(tree)
-
-    # ------------------------------------------------------------------ the episode record
-
-    def _episode(self, i: int) -> EpisodeBatch:
-        """Env ``i``'s episode that ended with the last step, out of the step record."""
-        records = self._steps[self._episode_start[i] - self._first_step:]
-
-        def rows(field: str) -> Tree:
-            return stack([tree_map(lambda x: x[i], getattr(r, field)) for r in records])
-
-        last = records[-1]
-        returns = float(to_numpy(stack([r.reward[i] for r in records])).sum())
-        return EpisodeBatch(
-            env_ids=np.array([i]),
-            lengths=np.array([len(records)]),
-            returns=np.array([returns]),
-            observations=rows("obs"),
-            actions=rows("action"),
-            rewards=rows("reward"),
-            terminations=rows("terminated"),
-            truncations=rows("truncated"),
-            infos=[step_info(r.info, i) for r in records],
-            last_observations=tree_map(lambda x: x[i : i + 1], last.next_obs),
-        )
-
-    def _forget_old_steps(self) -> None:
-        """Drop recorded steps that no recorded episode in progress needs."""
-        live = self._episode_start[self._episode_start >= 0]
-        oldest = int(live.min()) if live.size else self._step_count
-        if oldest > self._first_step:
-            del self._steps[: oldest - self._first_step]
-            self._first_step = oldest
-
-
-def _rebuilt(info: dict[str, Any]) -> np.ndarray | None:
-    """The mask of envs rebuilt after a failure in this step, or None when none was."""
-    masks = [to_numpy(info[key]).astype(bool) for key in ("_worker_restarted", "_env_restarted") if key in info]
-    if not masks:
-        return None
-    return np.logical_or.reduce(masks)
 
 
 def _named(ids: np.ndarray) -> str:
