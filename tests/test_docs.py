@@ -57,3 +57,15 @@ def test_readme_references_to_its_own_headings_resolve_across_pages():
     assert sections["intro"] == "See :ref:`Backends <readme-backends>` and `Gymnasium <https://gymnasium.farama.org>`_.\n"
     assert sections["backends"].startswith(".. _readme-backends:\n\nBackends\n--------\n")
     assert ".. _readme-writing-a-backend:\n\nWriting a backend\n~~~~" in sections["backends"]
+
+
+def test_the_contract_sections_the_tests_cite_exist():
+    """Tests cite docs/design.rst by section title: a renamed or dropped section must not leave them pointing nowhere."""
+    lines = (DOCS / "design.rst").read_text().splitlines()
+    titles = {title for title, underline in zip(lines, lines[1:], strict=False)
+              if title.strip() and re.fullmatch(r"([=\-~^])\1{2,}", underline) and len(underline) >= len(title)}
+    cited = set()
+    for test_file in Path(__file__).parent.glob("test_*.py"):
+        cited.update(re.findall(r'docs/design\.rst, "([^"]+)"', test_file.read_text()))
+    assert cited, "no test cites a section of docs/design.rst"
+    assert cited <= titles, f"cited sections not in docs/design.rst: {sorted(cited - titles)}"
