@@ -48,23 +48,6 @@ from parallelenv.calls import (
 ROW_BY_ROW_BYTES = 4096
 
 
-def _restarted(env: gym.Env, result: tuple) -> tuple:
-    """The step result of an env that finished, reset in the same step ("restart")."""
-    obs, reward, terminated, truncated, info = result
-    # The env may reuse its obs array for the next episode: keep our own copy.
-    ended_state = obs.copy() if isinstance(obs, np.ndarray) else copy.deepcopy(obs)
-    new_obs, info = _reset_after_end(env, info)
-    return new_obs, reward, terminated, truncated, {**info, "ended_state": ended_state, "reset": True}
-
-
-def _reset_after_end(env: gym.Env, info: dict) -> tuple[Any, dict]:
-    """The first obs of an env's next episode, and ``info`` with that episode's reset info."""
-    new_obs, reset_info = env.reset()
-    if reset_info:  # the new episode's first info, as Gymnasium's same-step autoreset reports it
-        info = {**info, "reset_info": reset_info}
-    return new_obs, info
-
-
 def _invoke(method: Any, argument: Any) -> Any:
     """Call an env method as a CallMethod entry says.
 
@@ -164,10 +147,7 @@ class EnvGroup:
                 continue
             if restart and (result[2] or result[3]):
                 try:
-                    if self._ended is None:
-                        result = _restarted(env, result)
-                    else:
-                        result = self._restarted_into_buffers(env_id, env, result)
+                    result = self._restarted(env_id, env, result)
                 except Exception as exc:
                     failures.append(Failure.from_exception(env_id, "reset", exc))
                     continue
@@ -184,13 +164,28 @@ class EnvGroup:
             values = {}
         return Done(Step, call.env_ids, values, tuple(failures))
 
-    def _restarted_into_buffers(self, env_id: int, env: gym.Env, result: tuple) -> tuple:
-        """As :func:`_restarted`, with the ended episode's last obs written into its row of ``buffers.ended_obs``
-        (a copy: the env may reuse its obs array) and flagged in ``buffers.ended``, rather than put in the info."""
+    def _restarted(self, env_id: int, env: gym.Env, result: tuple) -> tuple:
+        """The step result of an env that finished, reset in the same step ("restart").
+
+        The env may reuse its obs array for the next episode, so the ended
+        episode's last obs is copied before the reset: into its row of
+        ``buffers.ended_obs`` where the buffers have those rows, else into
+        the info as ``ended_state``. The reset's info, if any, is the info's
+        ``reset_info``, as Gymnasium's same-step autoreset reports it.
+        """
         obs, reward, terminated, truncated, info = result
-        self.buffers.ended_obs[env_id] = obs
-        new_obs, info = _reset_after_end(env, info)
-        self._ended[env_id] = True  # only once the reset succeeded: a failed one reports the env's error instead
+        ended = self._ended
+        if ended is None:
+            ended_state = obs.copy() if isinstance(obs, np.ndarray) else copy.deepcopy(obs)
+        else:
+            self.buffers.ended_obs[env_id] = obs
+        new_obs, reset_info = env.reset()
+        if reset_info:
+            info = {**info, "reset_info": reset_info}
+        if ended is None:
+            info = {**info, "ended_state": ended_state, "reset": True}
+        else:
+            ended[env_id] = True  # only once the reset succeeded: a failed one reports the env's error instead
         return new_obs, reward, terminated, truncated, info
 
     def _store(
