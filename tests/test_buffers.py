@@ -82,29 +82,29 @@ def test_steps_of_every_env_take_turns_in_the_spare_obs_slots_the_caller_does_no
     home = buffers.obs
     assert len(buffers.obs_slots) == 1 + SPARE_OBS_SLOTS and buffers.obs_slots[0] is home
     assert buffers.handover.kind == "slot"
-    buffers.choose_obs_slot(step_of_every_env=True)
+    buffers.handover.before_whole_call(buffers, step_of_every_env=True)
     assert buffers.obs_slot == 1 and buffers.obs is buffers.obs_slots[1]
     buffers.obs[:] = 1.0
-    handed = buffers.renewed_obs()
+    handed = buffers.handover.whole_step_obs(buffers)
     assert np.shares_memory(handed, buffers.obs_slots[1]) and handed.shape == home.shape and (handed == 1.0).all()
     assert buffers.obs is home and buffers.obs_slot == 0
     row = handed[1]
     del handed
-    buffers.choose_obs_slot(step_of_every_env=True)
+    buffers.handover.before_whole_call(buffers, step_of_every_env=True)
     assert buffers.obs_slot == 2  # a row of slot 1's lease holds it
-    buffers.choose_obs_slot(step_of_every_env=True)
+    buffers.handover.before_whole_call(buffers, step_of_every_env=True)
     assert buffers.obs_slot == 2  # written into, never handed over
     buffers.obs[:] = 2.0
-    handed = buffers.renewed_obs()
-    buffers.choose_obs_slot(step_of_every_env=True)
+    handed = buffers.handover.whole_step_obs(buffers)
+    buffers.handover.before_whole_call(buffers, step_of_every_env=True)
     assert buffers.obs_slot == 0  # both held: the next step is copied out of slot 0
-    assert buffers.renewed_obs() is None
+    assert buffers.handover.whole_step_obs(buffers) is None
     del row
-    buffers.choose_obs_slot(step_of_every_env=True)
+    buffers.handover.before_whole_call(buffers, step_of_every_env=True)
     assert buffers.obs_slot == 1
     buffers.obs[:] = 3.0
     assert (handed == 2.0).all()
-    buffers.choose_obs_slot(step_of_every_env=False)
+    buffers.handover.before_whole_call(buffers, step_of_every_env=False)
     assert buffers.obs_slot == 0  # other calls write into obs as allocated, and are copied out
 
 

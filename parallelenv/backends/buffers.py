@@ -51,8 +51,10 @@ class Buffers:
     #: in, each taken again once the caller has let go of it. Empty: no spares.
     obs_slots: list[np.ndarray] = field(default_factory=list)
     obs_slot: int = 0  # the slot ``obs`` is now
-    #: Per slot, a weak reference to the last lease on it handed to the caller (see handover.Slot).
+    #: Per slot, a weak reference to the last lease on it handed to the caller (see handover.Slot),
+    #: and the memoryview of it that leases are made from (made once: a step pays a lease only).
     obs_leases: list[weakref.ref[np.ndarray] | None] = field(default_factory=list, repr=False)
+    obs_memory: list[memoryview] = field(default_factory=list, repr=False)
     #: How results reach the caller: chosen from ``lent``, ``renews_obs`` and ``obs_slots`` alone.
     handover: Handover = field(init=False, repr=False)
     #: The parts of ``obs`` and ``actions`` private to this process (spaces of
@@ -84,16 +86,6 @@ class Buffers:
         self._renews_obs = renews_obs
         self._choose_handover()
 
-    def renewed_obs(self) -> Batched | None:
-        """The observations of a step of every env, every row written by it, as the caller's own:
-        ``obs`` itself or a lease on its slot, as :attr:`handover` says; None where they are to be copied out."""
-        return self.handover.whole_step_obs(self)
-
-    def choose_obs_slot(self, step_of_every_env: bool) -> None:
-        """Where a call of every env, with none other in flight (no results are in the buffers),
-        writes its observations: a free spare for a step, else slot 0. Nothing without spares."""
-        self.handover.before_whole_call(self, step_of_every_env)
-
     def use_obs_slot(self, slot: int) -> None:
         """Make slot ``slot`` ``obs``: where the next calls write their observations."""
         if slot != self.obs_slot:
@@ -121,6 +113,7 @@ class Buffers:
         if spare_obs_slots:
             buffers.obs_slots = [obs, *(allocate(obs_space, num_envs, alloc) for _ in range(spare_obs_slots))]
             buffers.obs_leases = [None] * len(buffers.obs_slots)
+            buffers.obs_memory = [memoryview(slot) for slot in buffers.obs_slots]
             buffers._choose_handover()
         return buffers
 

@@ -87,7 +87,7 @@ class Slot(Handover):
 
     The rule: a spare is free exactly when the weak reference to the last
     lease handed over in it is dead. A lease is a fresh array over the
-    slot's memory made by ``np.frombuffer`` of a memoryview: its base is
+    slot's memory made by ``np.asarray`` of a memoryview (:func:`lease_on`): its base is
     that memoryview, not an array, and NumPy sets the base of every view of
     an array to the first array of the chain whose own base is no array, so
     every view, row, slice, reshape or ``np.asarray`` of what the caller was
@@ -121,11 +121,22 @@ class Slot(Handover):
         slot = buffers.obs_slot
         if not slot:  # slot 0: a step of some envs, or every spare held: the rows are copied out
             return None
-        obs = buffers.obs
-        lease = np.frombuffer(memoryview(obs), obs.dtype)
+        lease = lease_on(buffers.obs_memory[slot])
         buffers.obs_leases[slot] = weakref.ref(lease)
         buffers.use_obs_slot(0)
-        return lease.reshape(obs.shape)
+        return lease
+
+
+def lease_on(memory: memoryview) -> np.ndarray:
+    """A fresh array over ``memory``, a memoryview of an array (dtype and shape as it): its base is
+    that memoryview, so every view of the lease holds the lease.
+
+    Never made from the array itself: NumPy takes an array it is given for the base, and views of the
+    lease would then pass the lease by. The memoryview holds the array, not an export of the memory
+    under it: ParallelEnv.close() unmaps shared memory whatever the caller still holds, as before
+    leases, since an export would keep SharedMemory from closing, and it reports that when collected.
+    """
+    return np.asarray(memory)
 
 
 COPY, LEND, RENEW, SLOT = Handover(), Lend(), Renew(), Slot()
@@ -145,11 +156,12 @@ def choose(lent: bool, renews_obs: bool, has_obs_slots: bool) -> Handover:
 
 def _leases_hold_their_views() -> bool:
     """Whether, on this NumPy, every view of a lease (see :class:`Slot`) holds the lease."""
-    memory = np.zeros((2, 3))
-    lease = np.frombuffer(memoryview(memory), memory.dtype)
-    views = [lease.reshape(memory.shape), lease.reshape(memory.shape)[1], lease.reshape(memory.shape)[:, 1:].T,
-             np.asarray(lease.reshape(memory.shape)[0]), lease.view(np.uint8)]
-    return not isinstance(lease.base, np.ndarray) and all(view.base is lease for view in views)
+    memory = np.zeros((2, 3), np.float32)
+    lease = lease_on(memoryview(memory))
+    views = [lease[1], lease[1][1:], lease[:, 1:].T, lease.reshape(-1), np.asarray(lease[0]), lease.view(np.uint8)]
+    return (not isinstance(lease.base, np.ndarray) and lease is not lease_on(memoryview(memory))
+            and (lease.dtype, lease.shape) == (memory.dtype, memory.shape) and np.shares_memory(lease, memory)
+            and all(view.base is lease for view in views))
 
 
 LEASES_HOLD_VIEWS = _leases_hold_their_views()
