@@ -112,6 +112,8 @@ class GroupHost:
         assert self._backend is not None, "start() first"
         backend = self._backend
         local = shifted(call, -self._first_id)
+        if type(local) is Step and not local.awaited:  # this host waits for all of it (_collect_all)
+            local = dataclasses.replace(local, awaited=True)
         rows = np.array(local.env_ids)
         if actions is not None:
             put(backend.buffers.actions, rows, actions)
