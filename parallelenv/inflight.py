@@ -225,7 +225,7 @@ class InFlight:
             add_ended(received, buffers.ended, buffers.ended_obs, everyone)
             if self.policy.tracks_finished:  # none was finished before this step; some may be now
                 self.policy.after_step(self.finished, everyone.rows, buffers.terminated | buffers.truncated)
-            results = buffers.handover.step_results(self.arrays, buffers, everyone, False)
+            results = buffers.handover.step_results(self.arrays, buffers, everyone, self.policy.tracks_finished)
             return Outcome(everyone, [], received, results)
         self.ledger.number(everyone)
         self.ledger.dispatched(everyone, time.monotonic())

@@ -94,7 +94,7 @@ class EnvGroup:
         # A step of the whole group (every step of a training loop) reads its rows through views made once.
         self._read_group_actions = rows_reader(rows_view(buffers.actions, self._all_rows))
         obs = buffers.obs
-        # Late bound for one array: the front may renew it (Buffers.renewed_obs).
+        # Late bound for one array: the renew handover puts a new one in its place (handover.Renew).
         self._write_obs = self._write_obs_row if isinstance(obs, np.ndarray) else row_writer(obs)
         self._obs_in_rows = isinstance(obs, np.ndarray) and not is_per_env_objects(obs)
         self._small_obs = self._obs_in_rows and obs[0].nbytes <= ROW_BY_ROW_BYTES
