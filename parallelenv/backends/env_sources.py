@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import cloudpickle
 import gymnasium as gym
 
+from parallelenv.backends import pickling
 from parallelenv.calls import Failure
 
 EnvSource = Any  # a gym.Env, or a zero-argument callable returning one
@@ -53,7 +53,7 @@ def pickle_sources(sources: Sequence[EnvSource]) -> list[bytes]:
     payloads = []
     for env_id, source in enumerate(sources):
         try:
-            payloads.append(cloudpickle.dumps(source))
+            payloads.append(pickling.dumps(source))
         except Exception as exc:
             raise TypeError(
                 f"env {env_id} ({source!r}) cannot be pickled to send it to a worker process: "

@@ -40,9 +40,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
 import numpy as np
 
+from parallelenv.backends import pickling
 from parallelenv.backends.buffers import Buffers
 from parallelenv.batching import read_private_rows, write_private_rows
 from parallelenv.calls import NO_RESULT_CALLS, Done, Failure, Step, method_name, per_env_fields
@@ -85,7 +85,7 @@ def encode(message: Any) -> bytes:
     try:
         return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
-        return cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        return pickling.dumps(message)
 
 
 def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, buffers: Buffers | None = None,
@@ -144,7 +144,7 @@ def _switched(obs_slot: int, message: bytes) -> bytes:
 def encode_user_data(message: Any, call: Any) -> bytes:
     """cloudpickle ``message``, which carries ``call``; a TypeError says what cannot travel, and for which env."""
     try:
-        return cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        return pickling.dumps(message)
     except Exception as exc:
         raise TypeError(
             f"{method_name(call)}: {_what_cannot_travel(call)} cannot be sent to where the envs run "
@@ -157,7 +157,7 @@ def _what_cannot_travel(call: Any) -> str:
     for name in per_env_fields(type(call)):
         for env_id, entry in zip(call.env_ids, getattr(call, name), strict=True):
             try:
-                cloudpickle.dumps(entry)
+                pickling.dumps(entry)
             except Exception:
                 return f"the {name} entry {entry!r} of env {env_id}"
     return "what was passed"
