@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import re
+import signal
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import BagSpace, CountingEnv, EchoEnv, RenderingEnv, counting
+from conftest import host_of
+from envs import BagSpace, CountingEnv, EchoEnv, FaultyEnv, RenderingEnv, counting
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers.vector import (
@@ -387,3 +390,121 @@ def test_np_random_seed_is_each_envs_seed(make_penv):
         env.reset(seed=seed)
         expected.append(env.np_random.bit_generator.state)
     assert [rng.bit_generator.state for rng in envs.np_random] == expected
+
+
+# ----------------------------------------------------------------- envs rebuilt after a failure
+
+# Where a worker can die and be replaced (on_worker_failure="restart"); on_env_error="restart" works on
+# every backend of this module.
+WORKER_BACKENDS = ("subproc", "ray", "ray-subproc")
+
+
+def breaking_envs(episode_lengths: tuple[int, ...], breaks: int, at_step: int = 2) -> list[Any]:
+    """FaultyEnv factories: env ``breaks`` raises on its ``at_step``-th step of every life."""
+    return [functools.partial(FaultyEnv, tag=i, at_step=at_step if i == breaks else 10**9, episode_length=length)
+            for i, length in enumerate(episode_lengths)]
+
+
+def kill_the_worker_of(envs: GymnasiumVectorEnv, env_id: int) -> None:
+    os.kill(host_of(envs.penv.backend, env_id)[0], signal.SIGKILL)
+
+
+@pytest.mark.every_backend
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("copy", [True, False])  # under copy=False the next step overwrites what a step returned
+def test_same_step_reports_an_env_rebuilt_after_an_error_as_an_ended_episode(make_penv, copy):
+    # Env 0's episode ends in the step where env 1 raises; env 2 runs on.
+    penv = make_penv(breaking_envs((2, 100, 100), breaks=1), asynchronous="restart", on_env_error="restart",
+                     copy=copy)
+    envs = penv.as_gymnasium()
+    envs.reset(seed=0)
+    last, *_ = envs.step(np.array([1, 2, 3]))
+    last = last.copy()
+    obs, reward, terminated, truncated, info = envs.step(np.array([4, 4, 4]))
+    assert terminated.tolist() == [True, False, False] and truncated.tolist() == [False, True, False]
+    final_obs = {j: info["final_obs"][j] for j in np.flatnonzero(terminated | truncated)}  # Gymnasium's loop
+    assert info["_final_obs"].tolist() == info["_final_info"].tolist() == [True, True, False]
+    np.testing.assert_array_equal(final_obs[1], last[1])  # where the cut episode was
+    np.testing.assert_array_equal(final_obs[0], [0, 2, 4, last[0, 3]])
+    final_info = info["final_info"]
+    assert final_info["_env_restarted"].tolist() == [False, True, False]
+    assert final_info["failure"][1].kind == "env error" and final_info["_count"].tolist() == [True, False, False]
+    assert obs[1, 1] == 0 and obs[1, 2] == -1 and reward[1] == 0  # the rebuilt env's first obs
+    # The top level holds each new episode's reset info, and the restart as the ParallelEnv reports it.
+    assert info["_seed_draw"].tolist() == [True, True, False] and info["seed_draw"][1] == obs[1, 3]
+    assert info["_env_restarted"].tolist() == [False, True, False]
+    obs, _, _, truncated, info = envs.step(np.array([1, 1, 1]))
+    assert obs[:, 1].tolist() == [1, 1, 3] and not truncated.any() and "final_obs" not in info
+
+
+@pytest.mark.every_backend
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("asynchronous", ["restart", "idle"])
+def test_envs_rebuilt_with_their_worker_end_their_episode_on_their_last_obs(make_penv, backend, asynchronous):
+    if backend not in WORKER_BACKENDS:
+        pytest.skip(f"para_mode={backend!r} has no worker to restart")
+    envs = make_penv([counting(i, 1000) for i in range(4)], asynchronous=asynchronous,
+                     on_worker_failure="restart").as_gymnasium()
+    envs.reset(seed=0)
+    envs.step(np.array([1, 1, 1, 1]))
+    last, *_ = envs.step(np.array([2, 2, 2, 2]))
+    last = last.copy()
+    kill_the_worker_of(envs, 3)
+    obs, reward, terminated, truncated, info = envs.step(np.array([3, 3, 3, 3]))
+    rebuilt = info["_worker_restarted"]
+    assert rebuilt[3] and not rebuilt.all() and truncated.tolist() == rebuilt.tolist() and not terminated.any()
+    if asynchronous == "restart":
+        assert info["_final_obs"].tolist() == rebuilt.tolist()
+        for j in np.flatnonzero(rebuilt):
+            np.testing.assert_array_equal(info["final_obs"][j], last[j])
+            assert info["final_info"]["worker_restarted"][j] and info["final_info"]["failure"][j].env_ids
+        assert (obs[rebuilt, 1] == 0).all() and (obs[~rebuilt, 1] == 3).all()
+    else:  # NEXT_STEP: the step that ends an episode returns its last obs, the next one the new episode's first
+        np.testing.assert_array_equal(obs[rebuilt], last[rebuilt])
+        obs, reward, *_ = envs.step(np.array([4, 4, 4, 4]))
+        assert (obs[rebuilt, 1] == 0).all() and (obs[rebuilt, 2] == -1).all() and (reward[rebuilt] == 0).all()
+        assert (obs[~rebuilt, 1] == 4).all()
+
+
+@pytest.mark.every_backend
+@pytest.mark.timeout(120)
+# Under "continue" copy=False hands over buffers that the next step overwrites; "idle" hands over the caller's own.
+@pytest.mark.parametrize("asynchronous, copy", [("idle", True), ("idle", False), ("continue", False)])
+def test_next_step_ends_a_rebuilt_envs_episode_on_its_last_obs_and_resets_it_in_the_next(make_penv, asynchronous,
+                                                                                          copy):
+    envs = make_penv(breaking_envs((100, 100), breaks=1), asynchronous=asynchronous, on_env_error="restart",
+                     copy=copy).as_gymnasium()
+    envs.reset(seed=0)
+    last, *_ = envs.step(np.array([1, 2]))
+    last = last.copy()
+    obs, reward, terminated, truncated, info = envs.step(np.array([3, 3]))
+    assert truncated.tolist() == [False, True] and not terminated.any() and reward[1] == 0
+    np.testing.assert_array_equal(obs[1], last[1])  # as NEXT_STEP returns any ended episode's last obs
+    assert info["_env_restarted"].tolist() == [False, True] and info["failure"][1].kind == "env error"
+    assert "seed_draw" not in info  # no reset's info where no reset's obs is returned
+    obs, reward, terminated, truncated, info = envs.step(np.array([4, 4]))
+    # The reset step, as after any ended episode: a first obs with its reset's info, the action ignored.
+    assert obs[:, 1].tolist() == [3, 0] and obs[1, 2] == -1 and reward.tolist() == [3, 0]
+    assert not terminated.any() and not truncated.any() and "env_restarted" not in info
+    assert info["_seed_draw"].tolist() == [False, True] and info["seed_draw"][1] == obs[1, 3]
+    first = obs[1].copy()
+    obs, *_ = envs.step(np.array([4, 4]))
+    np.testing.assert_array_equal(obs[1], [1, 1, 4, first[3]])
+
+
+@pytest.mark.timeout(60)
+def test_disabled_autoreset_ends_a_rebuilt_envs_episode_on_its_last_obs(make_penv):
+    penv = make_penv(breaking_envs((100, 100), breaks=0), asynchronous="continue", on_env_error="restart")
+    envs = GymnasiumVectorEnv(penv, autoreset_mode=AutoresetMode.DISABLED)
+    envs.reset(seed=0)
+    last, *_ = envs.step(np.array([1, 2]))
+    last = last.copy()
+    obs, _, _, truncated, info = envs.step(np.array([3, 3]))
+    assert truncated.tolist() == [True, False] and info["_env_restarted"].tolist() == [True, False]
+    np.testing.assert_array_equal(obs[0], last[0])
+    with pytest.raises(ValueError, match=r"envs \[0\] ended and were not reset"):
+        envs.step(np.array([1, 1]))
+    obs, info = envs.reset(seed=[5, 0], options={"reset_mask": truncated})
+    first, _ = CountingEnv(0).reset(seed=5)
+    np.testing.assert_array_equal(obs[0], first)  # the reset the caller asked for, with its seed
+    np.testing.assert_array_equal(obs[1], [1, 2, 3, last[1, 3]])

@@ -22,6 +22,16 @@ first is the view's default; pick another with ``autoreset_mode=``):
 
 ``reset(options={"reset_mask": mask})`` works in every mode.
 
+An env rebuilt after a failure (``on_worker_failure`` / ``on_env_error=
+"restart"``) ends its episode, truncated, as any ended episode ends in the
+mode: its last obs is the one the view returned last for it (in
+``info["final_obs"]`` under SAME_STEP, as the step's obs under NEXT_STEP and
+DISABLED), and ``worker_restarted`` or ``env_restarted`` and ``failure`` go
+with it (in ``info["final_info"]`` under SAME_STEP, where the top level keeps
+them too, beside the new episode's reset info). Under NEXT_STEP the next
+step resets it as it resets any env that ended (the ``idle`` policy keeps a
+truncated env idle until it is reset, whatever reset the rebuild did).
+
 The part of a space of no fixed shape (Graph, Sequence, Text, OneOf, a
 custom Space subclass) is returned as Gymnasium's vector envs return it, a
 tuple of per-env values, where the ParallelEnv returns a 1-D object array.
@@ -34,11 +44,16 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from parallelenv.batching import allocate, as_gymnasium_batch, check_batch, private_parts, put, take, zeros
+from parallelenv.arrays import copy_tree
+from parallelenv.batching import allocate, as_gymnasium_batch, check_batch, private_parts, put, take, unbatch, zeros
 from parallelenv.calls import Arguments
 from parallelenv.infos import RESTART_KEYS, env_info, python_dtypes_as_python
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.policies import Policy
+from parallelenv.resuming import ENV_RESTARTED, WORKER_RESTARTED
+
+# What a rebuilt env's info says of the failure that cut its episode; the rest is its new episode's reset info.
+CUT_KEYS = (WORKER_RESTARTED, ENV_RESTARTED, "failure")
 
 
 def autoreset_modes(policy: Policy) -> tuple[AutoresetMode, ...]:
@@ -109,7 +124,8 @@ class GymnasiumVectorEnv(VectorEnv):
         self.autoreset_mode = mode
         # NEXT_STEP: the envs to reset in the next step; DISABLED: the envs reset_mask must reset before they step.
         self._finished = np.zeros(self.num_envs, dtype=bool)
-        # The observations last returned: a reset_mask reset returns them for the envs it leaves alone.
+        # The observations last returned: a reset_mask reset returns them for the envs it leaves alone,
+        # and an env rebuilt after a failure ended its episode on its row.
         self._obs = allocate(self.single_observation_space, self.num_envs, zeros)
         # Parts of no fixed shape come from the ParallelEnv as object arrays; Gymnasium's are tuples.
         self._has_object_parts = bool(private_parts(self._obs))
@@ -134,7 +150,8 @@ class GymnasiumVectorEnv(VectorEnv):
             mask = _reset_mask(options.pop("reset_mask"), self.num_envs)
             return self._reset_masked(mask, seed, options)
         self._finished[:] = False
-        self._obs, info = self.penv.reset(seed=seed, options=options)
+        obs, info = self.penv.reset(seed=seed, options=options)
+        self._obs = self._own(obs)
         return self._as_gymnasium(self._obs), info
 
     def _reset_masked(self, mask: np.ndarray, seed: Any, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -155,6 +172,7 @@ class GymnasiumVectorEnv(VectorEnv):
         mode = self.autoreset_mode
         if mode is AutoresetMode.SAME_STEP:
             obs, reward, terminated, truncated, info = self.penv.step(actions)
+            obs = self._own(obs)
             result = obs, reward, terminated, truncated, self._same_step_info(info)
         elif mode is AutoresetMode.DISABLED:
             if self._finished.any():
@@ -162,17 +180,48 @@ class GymnasiumVectorEnv(VectorEnv):
                     f"envs {np.flatnonzero(self._finished).tolist()} ended and were not reset: with "
                     "AutoresetMode.DISABLED, reset them with reset(options={'reset_mask': mask}) before stepping"
                 )
-            result = self.penv.step(actions)
+            result = self._step_every_env(actions)
         elif self._finished.any():
             result = self._reset_and_step(actions)
         else:
-            result = self.penv.step(actions)
+            result = self._step_every_env(actions)
         if mode is not AutoresetMode.SAME_STEP:
             self._finished = result[2] | result[3]
         self._obs = result[0]
         if self._has_object_parts:
             return (as_gymnasium_batch(result[0]), *result[1:])
         return result
+
+    def _own(self, obs: Any) -> Any:
+        """``obs`` of a call on every env, kept: where the ParallelEnv hands over its result buffers
+        (``copy=False``) the next call overwrites them, and a rebuilt env's episode ends on this obs."""
+        return copy_tree(obs) if self.penv.reuses_result_buffers else obs
+
+    def _step_every_env(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """NEXT_STEP and DISABLED: a step of every env, its rebuilt envs' episodes ended on their last obs."""
+        obs, reward, terminated, truncated, info = self.penv.step(actions)
+        obs = self._own(obs)
+        rebuilt = _rebuilt(info, self.num_envs)
+        if not rebuilt.any():
+            return obs, reward, terminated, truncated, info
+        entries = {p: env_info(info, p, python_dtypes_as_python) for p in range(self.num_envs)}
+        self._cut(obs, entries, np.flatnonzero(rebuilt))
+        return obs, reward, terminated, truncated, self._merge(entries)
+
+    def _cut(self, obs: Any, entries: dict[int, dict[str, Any]], rebuilt: np.ndarray) -> None:
+        """NEXT_STEP and DISABLED: the envs ``rebuilt`` answered with their new episode's first obs and
+        reset info; in ``obs`` and ``entries`` (by env) their episodes end where they were instead, the
+        failure their info. The next reset of each, the reset step's or reset_mask's, starts its new one."""
+        put(obs, rebuilt, take(self._obs, rebuilt))
+        for i in rebuilt.tolist():
+            entries[i] = {key: entries[i][key] for key in CUT_KEYS if key in entries[i]}
+
+    def _merge(self, entries: dict[int, dict[str, Any]]) -> dict[str, Any]:
+        """Per-env infos (by env) merged as ``SyncVectorEnv`` merges them."""
+        infos: dict[str, Any] = {}
+        for i in sorted(entries):
+            infos = self._add_info(infos, entries[i], i)
+        return infos
 
     def _as_gymnasium(self, obs: Any) -> Any:
         """Observations as Gymnasium's vector envs return them (see ``batching.as_gymnasium_batch``)."""
@@ -188,6 +237,7 @@ class GymnasiumVectorEnv(VectorEnv):
         reset_obs, first_info = self.penv.reset(id=reset_ids)
         put(obs, reset_ids, reset_obs)
         parts = [(reset_ids, first_info)]
+        rebuilt = np.zeros(0, dtype=np.int64)
         if step_ids.size:
             step_obs, step_reward, step_terminated, step_truncated, info = self.penv.step(
                 take(batch, step_ids), id=step_ids
@@ -195,27 +245,34 @@ class GymnasiumVectorEnv(VectorEnv):
             put(obs, step_ids, step_obs)
             reward[step_ids], terminated[step_ids], truncated[step_ids] = step_reward, step_terminated, step_truncated
             parts.append((step_ids, info))
+            rebuilt = step_ids[_rebuilt(info, step_ids.size)]
         entries = {
             i: env_info(part, p, python_dtypes_as_python) for ids, part in parts for p, i in enumerate(ids.tolist())
         }
-        infos: dict[str, Any] = {}
-        for i in sorted(entries):
-            infos = self._add_info(infos, entries[i], i)
-        return obs, reward, terminated, truncated, infos
+        if rebuilt.size:
+            self._cut(obs, entries, rebuilt)
+        return obs, reward, terminated, truncated, self._merge(entries)
 
     def _same_step_info(self, info: dict[str, Any]) -> dict[str, Any]:
         """Gymnasium's SAME_STEP info out of the ``restart`` policy's, merged as ``SyncVectorEnv`` merges it."""
         ended = info.get("_ended_state")
-        if ended is None:
+        rebuilt = _rebuilt(info, self.num_envs)
+        if ended is None and not rebuilt.any():
             return info
         infos: dict[str, Any] = {}
         for p in range(self.num_envs):
             entry = env_info(info, p, python_dtypes_as_python)
-            if ended[p]:
+            if ended is not None and ended[p]:
                 final_obs, reset_info = entry.pop("ended_state"), entry.pop("reset_info", {})
                 step_info = {key: value for key, value in entry.items() if key not in RESTART_KEYS}
                 infos = self._add_info(infos, {"final_obs": final_obs, "final_info": step_info}, p)
                 entry = reset_info
+            elif rebuilt[p]:
+                # Rebuilt after a failure, the env answered with its new episode's first obs and reset
+                # info: the old episode was cut where the caller last saw it, and the failure ended it.
+                # The top level keeps the failure too, where the ParallelEnv reports it.
+                cut = {key: entry[key] for key in CUT_KEYS if key in entry}
+                infos = self._add_info(infos, {"final_obs": unbatch(self._obs, p), "final_info": cut}, p)
             infos = self._add_info(infos, entry, p)
         return infos
 
@@ -244,6 +301,16 @@ class GymnasiumVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.penv.close()
+
+
+def _rebuilt(info: dict[str, Any], n: int) -> np.ndarray:
+    """The mask of the ``n`` envs of a step's ``info`` that were rebuilt after a failure in it."""
+    rebuilt = np.zeros(n, dtype=bool)
+    for key in (WORKER_RESTARTED, ENV_RESTARTED):
+        mask = info.get("_" + key)
+        if mask is not None:
+            rebuilt |= np.asarray(mask, dtype=bool)
+    return rebuilt
 
 
 def _reset_mask(mask: Any, n: int) -> np.ndarray:
