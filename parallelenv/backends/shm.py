@@ -6,10 +6,32 @@ fixed shape stay out of the segment, private to each process, and travel
 with the messages (:mod:`parallelenv.backends.wire`). The parent creates the
 segment and unlinks its name as soon as every worker has attached to it by
 that name, so that nothing is left in ``/dev/shm`` however the processes end.
+
+``/dev/shm`` is a tmpfs whose size may be small (Docker gives a container
+64 MB unless ``docker run --shm-size`` says otherwise), and tmpfs hands out
+pages only when they are first written: a segment larger than the space left
+was created all the same, and the worker that first wrote past it died of
+SIGBUS. So the segment goes to ``/dev/shm`` only if it fits there, leaving
+:data:`SHM_HEADROOM` to the others that use it, and every page is allocated
+at creation (``posix_fallocate``), which turns a shortage that appears in
+between into an error we catch. Otherwise the buffers live in an anonymous
+file (``os.memfd_create``), which no mount's size caps, only the memory the
+process may use; workers open it as ``/proc/<parent pid>/fd/<fd>``, which is
+its "name" until the parent closes that descriptor, once every worker has
+mapped it. It has no name in any directory, so nothing is left behind
+however the processes end. Where neither can hold the buffers, creation
+raises :class:`SharedMemoryError` with the size needed and the fix. The
+fallback is no failure and warns of nothing (its memory is as fast):
+:attr:`SharedBuffers.backing` says which was used, and this module's logger
+says so at INFO.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
+import math
+import mmap
 import os
 import sys
 import uuid
@@ -19,8 +41,21 @@ from gymnasium import spaces
 
 from parallelenv.backends.buffers import Buffers
 from parallelenv.batching import BufferLayout
+from parallelenv.errors import ParallelEnvError
 
 NAME_PREFIX = "penv_"
+SHM_DIR = "/dev/shm"
+# Left free in /dev/shm for whatever else uses it (named semaphores, other
+# programs' segments, a DataLoader's): taking its last pages would move the
+# SIGBUS to them.
+SHM_HEADROOM = 8 * 2**20
+MEMFD = "memfd"
+
+_log = logging.getLogger(__name__)
+
+
+class SharedMemoryError(ParallelEnvError, OSError):
+    """Neither /dev/shm nor the process's memory can hold the shared buffers."""
 
 
 def _layout(
@@ -32,13 +67,124 @@ def _layout(
     return buffers, layout.size
 
 
-class SharedBuffers:
-    """The shared-memory segment and the :class:`Buffers` laid over it."""
+def _free_shm_bytes() -> int | None:
+    try:
+        stats = os.statvfs(SHM_DIR)
+    except OSError:  # no /dev/shm to measure (macOS keeps POSIX shared memory elsewhere)
+        return None
+    return stats.f_bavail * stats.f_frsize
 
-    def __init__(self, segment: shared_memory.SharedMemory, buffers: Buffers, owner: bool) -> None:
+
+def _allocate(fd: int, size: int) -> None:
+    """Give the file all its pages now, so that a shortage raises here rather than SIGBUS in a worker."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):  # a kind of file that cannot
+            raise
+
+
+def _named_segment(size: int) -> shared_memory.SharedMemory:
+    name = f"{NAME_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}"
+    segment = shared_memory.SharedMemory(name=name, create=True, size=size)
+    try:
+        _allocate(segment._fd, size)  # the segment's own descriptor: SharedMemory offers no other way to it
+    except BaseException:
+        segment.close()
+        segment.unlink()
+        raise
+    return segment
+
+
+class MemfdSegment:
+    """An anonymous file's memory, with the interface of ``SharedMemory`` that :class:`SharedBuffers` uses.
+
+    Its ``name`` is the path a worker opens it by, valid while the creator
+    holds its descriptor: :meth:`unlink` closes that, as removing a named
+    segment's name does.
+    """
+
+    def __init__(self, fd: int, size: int, name: str, owner: bool) -> None:
+        self._mmap: mmap.mmap | None = mmap.mmap(fd, size)
+        self.buf: memoryview | None = memoryview(self._mmap)
+        self.name = name
+        self.size = size
+        self._fd = fd if owner else -1
+
+    @classmethod
+    def create(cls, size: int) -> MemfdSegment:
+        fd = os.memfd_create(f"{NAME_PREFIX}{os.getpid()}", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            _allocate(fd, size)
+            return cls(fd, size, f"/proc/{os.getpid()}/fd/{fd}", owner=True)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @classmethod
+    def open(cls, name: str) -> MemfdSegment:
+        fd = os.open(name, os.O_RDWR)
+        try:
+            return cls(fd, os.fstat(fd).st_size, name, owner=False)
+        finally:
+            os.close(fd)  # the mapping holds the file
+
+    def close(self) -> None:
+        if self.buf is not None:
+            self.buf.release()  # BufferError while arrays over it live, as SharedMemory.close
+            self.buf = None
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+
+    def unlink(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _segment(size: int, num_envs: int) -> shared_memory.SharedMemory | MemfdSegment:
+    """A segment of ``size`` bytes in /dev/shm if it fits there, else in a memfd."""
+    free = _free_shm_bytes()
+    if free is None or size + SHM_HEADROOM <= free:
+        try:
+            return _named_segment(size)
+        except OSError as error:
+            why_not_shm = f"{SHM_DIR} could not hold it ({error})"
+    else:
+        why_not_shm = f"{SHM_DIR} has {_mib(free)} MiB free"
+    try:
+        segment = MemfdSegment.create(size)
+    except (OSError, AttributeError) as error:  # AttributeError: no memfd_create (not Linux)
+        raise SharedMemoryError(
+            errno.ENOSPC,
+            f"the shared buffers of {num_envs} envs need {_mib(size)} MiB: {why_not_shm}, and memory outside it "
+            f"could not be had either ({error!r}). In a Docker container, give /dev/shm room for them: "
+            f"docker run --shm-size={_mib(size + SHM_HEADROOM)}m (or more); elsewhere, free memory or "
+            "enlarge /dev/shm (mount -o remount,size=... /dev/shm).",
+        ) from error
+    _log.info("the shared buffers (%d MiB) are in a memfd: %s", _mib(size), why_not_shm)
+    return segment
+
+
+def _mib(nbytes: int) -> int:
+    return math.ceil(nbytes / 2**20)
+
+
+class SharedBuffers:
+    """The shared-memory segment and the :class:`Buffers` laid over it.
+
+    ``backing`` says where its memory is: ``"/dev/shm"`` or ``"memfd"`` (see the module's docstring).
+    """
+
+    def __init__(self, segment: shared_memory.SharedMemory | MemfdSegment, buffers: Buffers, owner: bool) -> None:
         self.segment = segment
         self.buffers: Buffers | None = buffers
         self._owner = owner
+        self.backing = MEMFD if isinstance(segment, MemfdSegment) else SHM_DIR
 
     @classmethod
     def create(
@@ -46,8 +192,7 @@ class SharedBuffers:
         spare_obs_slots: int = 0,
     ) -> SharedBuffers:
         _, size = _layout(obs_space, action_space, num_envs, restarts, spare_obs_slots, None)
-        name = f"{NAME_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}"
-        segment = shared_memory.SharedMemory(name=name, create=True, size=max(size, 1))
+        segment = _segment(max(size, 1), num_envs)
         buffers, _ = _layout(obs_space, action_space, num_envs, restarts, spare_obs_slots, segment.buf)
         return cls(segment, buffers, owner=True)
 
@@ -56,7 +201,9 @@ class SharedBuffers:
         cls, name: str, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, restarts: bool,
         spare_obs_slots: int = 0,
     ) -> SharedBuffers:
-        if sys.version_info >= (3, 13):
+        if name.startswith("/"):  # a memfd's path; a named segment's name has no slash
+            segment = MemfdSegment.open(name)
+        elif sys.version_info >= (3, 13):
             # The creator owns the segment; a worker's tracker must not unlink it.
             segment = shared_memory.SharedMemory(name=name, track=False)
         else:
