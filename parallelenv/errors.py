@@ -152,6 +152,12 @@ class WorkerDiedError(ParallelEnvError):
         reason: what was seen (exit code, signal, lost node, ...).
     """
 
+    #: For backends: the replies read in the same wait before the death was
+    #: seen, the dead worker's own among them. They answer their calls all the
+    #: same, and the call tracker takes them before it handles the death, so
+    #: that an env answered in time is not also resumed as if it had not been.
+    replies_before_death: Sequence[Any] = ()
+
     def __init__(self, env_indices: Sequence[int], reason: str) -> None:
         self.env_indices = [int(i) for i in env_indices]
         self.reason = reason

@@ -283,6 +283,11 @@ class InFlight:
             try:
                 replies = self._block_for_replies(deadline, wanted)
             except WorkerDiedError as died:
+                # Answers read before the death was seen are answers: taken first, an env
+                # answered in time is no longer pending when the death is handled.
+                replies, died.replies_before_death = died.replies_before_death, ()
+                for reply in replies:
+                    self._absorb(reply)
                 self._survive(died)
                 continue
             if replies is None:  # the caller's deadline passed

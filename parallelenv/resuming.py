@@ -83,22 +83,30 @@ class Resumer:
         if not pending.size:
             return []
         self._ledger.resent(pending, time.monotonic())
-        if sync_call is None:  # steps
-            self._stand_in(tuple(pending.tolist()), failure, WORKER_RESTARTED)
-        elif type(sync_call) is Reset:
+        # A step sent earlier (send(), then another call) is still under way
+        # beside the call run() has under way: each is answered as its own kind.
+        in_call = np.isin(pending, sync_call.env_ids) if sync_call is not None else np.zeros(len(pending), bool)
+        stepping = pending[~in_call]
+        if stepping.size:
+            self._stand_in(tuple(stepping.tolist()), failure, WORKER_RESTARTED)
+        calling = pending[in_call]
+        if not calling.size:
+            return []
+        assert sync_call is not None
+        if type(sync_call) is Reset:
             position = {env_id: p for p, env_id in enumerate(sync_call.env_ids)}
-            self._backend.dispatch(split_call(sync_call, [position[i] for i in pending.tolist()]))
-        else:  # an answer of the old env cannot be had from a new one
-            self._ledger.lost(pending)
-            return [
-                Failure(
-                    env_id, method_name(sync_call), "parallelenv.errors.WorkerDiedError",
-                    f"the worker hosting it died ({failure.reason}) and was restarted; the call's answer is lost",
-                    "",
-                )
-                for env_id in pending.tolist()
-            ]
-        return []
+            self._backend.dispatch(split_call(sync_call, [position[i] for i in calling.tolist()]))
+            return []
+        # An answer of the old env cannot be had from a new one.
+        self._ledger.lost(calling)
+        return [
+            Failure(
+                env_id, method_name(sync_call), "parallelenv.errors.WorkerDiedError",
+                f"the worker hosting it died ({failure.reason}) and was restarted; the call's answer is lost",
+                "",
+            )
+            for env_id in calling.tolist()
+        ]
 
     def forget_owed(self, env_ids: tuple[int, ...]) -> None:
         """These envs are reset anyway: their new episode starts there, not at their next step."""

@@ -165,6 +165,17 @@ class DelayEnv(CountingEnv):
         return super().step(action)
 
 
+class StallingEnv(DelayEnv):
+    """While its ``stall`` attribute is set, a step waits (up to a minute) for a kill of its worker."""
+
+    stall = False
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self.stall:
+            threading.Event().wait(60)
+        return super().step(action)
+
+
 class WarningEnv(CountingEnv):
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         import warnings

@@ -17,11 +17,12 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
+from multiprocessing.connection import wait as wait_for_ready
 
 import numpy as np
 import pytest
 from conftest import HAS_RAY, TESTS_DIR, host_of, live_children, our_segments
-from envs import FaultyEnv, SoakEnv, counting
+from envs import DelayEnv, FaultyEnv, SoakEnv, StallingEnv, counting
 
 from parallelenv import ParallelEnv, WorkerDiedError
 from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_HUNG
@@ -180,6 +181,110 @@ def test_envs_of_a_lost_ray_node_are_rebuilt_on_the_surviving_nodes():
     assert seen["raised"] is None, seen
     assert seen["doomed"] not in seen["nodes_after"], seen
     assert seen["closed"], seen
+
+
+# ----------------------------------------------------------------- deaths at awkward moments
+
+WORKER_BACKENDS = ("subproc", "ray", "ray-subproc")
+
+
+def answered_once(previous: list[int], obs: np.ndarray, truncated: np.ndarray, info: dict,
+                  action: int | None = None) -> list[int]:
+    """Check one step's results against the counts before it: each env either counted on by one with
+    this step's ``action`` (an answer to an earlier step would carry that step's), or was rebuilt (a
+    new episode's first obs, cut, flagged), and is itself (its tag); the counts after it."""
+    restarted = info.get("_worker_restarted", np.zeros(len(previous), dtype=bool))
+    for j, count in enumerate(obs[:, 1].astype(int).tolist()):
+        assert obs[j, 0] == j, (j, obs[j])
+        if restarted[j]:
+            assert count == 0 and truncated[j], (j, count, previous[j])
+        else:
+            assert count == previous[j] + 1 and not truncated[j], (j, count, previous[j])
+            assert action is None or obs[j, 2] == action, (j, obs[j], action)
+    return obs[:, 1].astype(int).tolist()
+
+
+@pytest.mark.timeout(60)
+def test_an_answer_written_before_its_worker_is_killed_answers_its_step_once(no_leaks):
+    """The answer is in the pipe when the worker dies: recv reads it and the death in one poll."""
+    with ParallelEnv([counting(i, 1000) for i in range(4)], para_mode="subproc", num_workers=2,
+                     asynchronous="restart", on_worker_failure="restart") as penv:
+        penv.reset(seed=0)
+        counts = [0] * 4
+        penv.send([1] * 4)
+        worker = penv.backend._workers[1]  # hosting envs 2 and 3
+        assert worker.conn.poll(30), "the worker never answered"  # written, not read
+        os.kill(worker.pid, signal.SIGKILL)
+        assert wait_for_ready([worker.process.sentinel], 30), "the killed worker did not end"
+        for action in range(2, 7):
+            obs, _, _, truncated, info = penv.recv()
+            counts = answered_once(counts, obs[np.argsort(info["env_id"])], truncated[np.argsort(info["env_id"])],
+                                   {key: value[np.argsort(info["env_id"])] for key, value in info.items()},
+                                   (action - 1) % 5)
+            penv.send([action % 5] * 4)
+        penv.recv()
+        assert penv.get_env_attr("count") == [count + 1 for count in counts]
+        assert len(penv.failures) == 1 and penv.failures[0].env_ids == (2, 3)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("backend", WORKER_BACKENDS, indirect=True)
+def test_a_worker_killed_at_any_moment_of_a_step_answers_each_step_once(make_penv, backend):
+    """A thread kills a worker at a random moment of a random step; every step is answered once per env."""
+    rng = np.random.default_rng(5)
+    for run in range(6):
+        penv = make_penv([functools.partial(DelayEnv, tag=i, delay=0.002) for i in range(6)],
+                         asynchronous="restart", on_worker_failure="restart", max_restarts=100)
+        counts = answered_once([-1] * 6, *_as_step(penv.reset(seed=run)))
+        kill_at = int(rng.integers(2, 10))
+        victim = host_of(penv.backend, int(rng.integers(6)))[0]
+        killer = None
+        for t in range(14):
+            if t == kill_at:
+                killer = threading.Timer(float(rng.uniform(0.0, 0.004)), os.kill, (victim, signal.SIGKILL))
+                killer.start()
+            obs, _, _, truncated, info = penv.step([t % 5] * 6)
+            counts = answered_once(counts, obs, truncated, info, t % 5)
+        killer.join()
+        obs, _, _, truncated, info = penv.step([4] * 6)  # a death seen only now is answered now
+        counts = answered_once(counts, obs, truncated, info, 4)
+        assert penv.get_env_attr("count") == counts, run
+        penv.close()
+
+
+def _as_step(reset: tuple) -> tuple:
+    """A reset's ``(obs, info)`` as a step's counts would read it: every count one on from -1."""
+    obs, info = reset
+    return obs, np.zeros(len(obs), dtype=bool), {}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("other_call", ["reset", "get_env_attr"])
+@pytest.mark.parametrize("backend", WORKER_BACKENDS, indirect=True)
+def test_a_death_noticed_by_another_call_leaves_the_step_under_way_answered(make_penv, backend, other_call):
+    """A step sent to envs 2 and 3 is under way when their worker dies; a call on healthy idle env 0
+    notices the death: it succeeds, and the step is answered (with the rebuilt envs' first obs)."""
+    options = {"num_workers": 2} if backend == "subproc" else {}
+    penv = make_penv([functools.partial(StallingEnv, tag=i) for i in range(4)], asynchronous="restart",
+                     on_worker_failure="restart", **options)
+    penv.reset(seed=0)
+    penv.set_env_attr("stall", True, id=[3])
+    penv.send([0] * 4)
+    obs, _, _, _, info = penv.recv(wait_num=2)
+    answered = info["env_id"].tolist()
+    assert 3 not in answered
+    os.kill(host_of(penv.backend, 3)[0], signal.SIGKILL)
+    if other_call == "reset":
+        obs, _ = penv.reset(seed=[5], id=[answered[0]])
+        assert obs[0, 1] == 0
+    else:
+        assert penv.get_env_attr("count", id=[answered[0]]) == [1]
+    obs, _, _, truncated, info = penv.recv()  # nothing sent is lost
+    pending = [i for i in range(4) if i not in answered]
+    assert sorted(info["env_id"].tolist()) == pending
+    dead = set(penv.failures[0].env_ids)
+    for j, env_id in enumerate(info["env_id"].tolist()):
+        assert bool(truncated[j]) == (env_id in dead) == bool(info.get("_worker_restarted", [False] * 4)[j])
 
 
 # ----------------------------------------------------------------- the budget and the choices

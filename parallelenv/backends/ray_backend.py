@@ -76,8 +76,6 @@ class RayBackend:
         self._ray = ray_cluster.acquire(self)
         self._actors: list[_Actor] = []
         self._pending: dict[Any, _Pending] = {}
-        # Replies read in the collect that found an actor dead, handed over by the next one.
-        self._carried: list[Reply] = []
         self._closed = False
         self._restarts = config.policy.restarts_finished_envs
         try:
@@ -196,9 +194,6 @@ class RayBackend:
             self._pending[actor.handle.run_encoded.remote(message)] = _Pending(actor, actor_call)
 
     def collect(self, timeout: float | None, wanted: int | None = None) -> list[Reply]:
-        if self._carried:
-            replies, self._carried = self._carried, []
-            return replies
         if not self._pending:
             return []
         ray = self._ray
@@ -241,8 +236,7 @@ class RayBackend:
                 self._store(np.array(reply.env_ids), rows)
             replies.append(reply)
         if death is not None:
-            # The replies of the living are the caller's all the same: the next collect hands them over.
-            self._carried = replies
+            death.replies_before_death = replies  # the living actors' answers are the caller's all the same
             raise death
         return replies
 

@@ -113,10 +113,8 @@ class SubprocBackend:
         self._workers: list[_Worker] = []
         self._shared: SharedBuffers | None = None
         self._closed = False
-        # Deaths seen while sending, reported by the next collect (see dispatch).
+        # Deaths seen while sending, or beside another in one collect, reported by the next collect.
         self._unreported: list[_Worker] = []
-        # Replies read in the collect that found a worker dead, handed over by the next one.
-        self._carried: list[Reply] = []
         ctx = start_context(start_method)
         self._countdown = Countdown(ctx, num_workers)
         # Counted steps pay where every worker has a core to compute on: there a
@@ -270,9 +268,6 @@ class SubprocBackend:
         """As :meth:`Backend.collect`; ``wanted`` plays no part: a step is counted or not from its dispatch on."""
         if self._unreported:
             raise self._unreported.pop(0).death  # type: ignore[misc]  # set when it was recorded
-        if self._carried:
-            replies, self._carried = self._carried, []
-            return replies
         replies: list[Reply] = []
         dead: list[_Worker] = []
         if self._counting:
@@ -297,10 +292,12 @@ class SubprocBackend:
                 self._lost(worker)
                 dead.append(worker)
         if dead:
-            # The replies of the living are the caller's all the same: the next collect hands them over.
-            self._carried = replies
+            # What was read before is the caller's all the same, the dead worker's own reply too.
             self._unreported.extend(dead[1:])
-            raise dead[0].death  # type: ignore[misc]
+            death = dead[0].death
+            assert death is not None  # set by _lost
+            death.replies_before_death = replies
+            raise death
         return replies
 
     def _await_countdown(self, timeout: float | None, dead: list[_Worker]) -> bool:
