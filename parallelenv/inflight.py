@@ -23,7 +23,7 @@ from parallelenv.array_kinds import NumpyArrays, Selection, array_kind
 from parallelenv.backends.base import Backend, RunsInCaller
 from parallelenv.batching import take
 from parallelenv.calls import Call, Failure, Reply, Reset, Step
-from parallelenv.errors import AlreadyPendingError, WorkerDiedError, WorkerTimeoutError
+from parallelenv.errors import AlreadyPendingError, ClosedError, WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import Healing
 from parallelenv.ledger import Ledger
 from parallelenv.policies import Policy
@@ -66,6 +66,8 @@ class InFlight:
         self._failures: list[Failure] = []
         self._sync_call: Call | None = None  # the non-step call that run() has under way
         self.broken: WorkerDiedError | None = None
+        # Set from another thread by ParallelEnv.close(): the wait ends, and no death is survived.
+        self.interrupted = False
         active = healing is not None and healing.active
         self._resumer = Resumer(healing, sources, backend, self.ledger, self.select) if active else None
 
@@ -272,6 +274,8 @@ class InFlight:
         """
         ledger = self.ledger
         while not satisfied() and (drain or not self._failures):
+            if self.interrupted:
+                raise ClosedError("close() from another thread ended this call")
             if ledger.num_pending == 0:
                 return
             if self._answers_in_dispatch:  # every call ran when dispatched: its replies are there
@@ -297,6 +301,8 @@ class InFlight:
 
     def _survive(self, died: WorkerDiedError) -> None:
         """Go on past a worker's death where healing says so; else the ParallelEnv is broken."""
+        if self.interrupted:
+            raise ClosedError("close() from another thread ended this call") from died
         if self._resumer is None:
             self.broken = died
             raise died

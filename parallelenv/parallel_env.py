@@ -35,6 +35,8 @@ from parallelenv.serialised import one_caller_at_a_time
 DEFAULT_CALL_TIMEOUT_S = 600.0
 # At exit, how long close() waits for a call another thread still has under way.
 EXIT_LOCK_WAIT_S = 1.0
+# How long close() from another thread waits for the call it ended to return.
+CLOSE_INTERRUPT_WAIT_S = 10.0
 
 
 class ParallelEnv:
@@ -113,6 +115,7 @@ class ParallelEnv:
     ) -> None:
         self._lock = threading.RLock()
         self._closed = True  # until the backend exists, close() has nothing to do
+        self._interrupted = False  # close() from another thread is ending the call under way
         check_output(output, device)
         if copy not in (None, True, False):
             raise TypeError(f"copy={copy!r}; use True or False")
@@ -376,11 +379,29 @@ class ParallelEnv:
     def close(self) -> None:
         """Stop every worker and free every resource; safe to call again.
 
-        A call under way in another thread is waited for (up to its
-        ``call_timeout``) first.
+        A call under way in another thread (a watchdog closing a hung
+        ParallelEnv) is ended: the workers are stopped under it, it raises
+        :class:`~parallelenv.ClosedError` in its thread, and close() returns
+        once it has, or after ``CLOSE_INTERRUPT_WAIT_S`` (a call running an
+        env in this process, on ``dummy`` or ``tensor``, cannot be stopped
+        from outside: the ParallelEnv closes when it returns).
         """
-        with self._lock:
+        if not self._lock.acquire(blocking=False):
+            self._interrupt()
+            if not self._lock.acquire(timeout=CLOSE_INTERRUPT_WAIT_S):
+                return
+        try:
             self._close()
+        finally:
+            self._lock.release()
+
+    def _interrupt(self) -> None:
+        """End the call another thread has under way: stop the workers it waits on."""
+        self._interrupted = True
+        self._calls.interrupted = True
+        interrupt = getattr(self._backend, "interrupt", None)  # optional: a backend of the caller's thread has none
+        if interrupt is not None:
+            interrupt()
 
     def _close(self) -> None:
         if self._closed:
@@ -400,7 +421,7 @@ class ParallelEnv:
     # ----------------------------------------------------------------- helpers
 
     def _check_usable(self) -> None:
-        if self._closed:
+        if self._closed or self._interrupted:
             raise ClosedError("this ParallelEnv is closed")
         broken = self._calls.broken
         if broken is not None:

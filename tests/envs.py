@@ -166,12 +166,15 @@ class DelayEnv(CountingEnv):
 
 
 class StallingEnv(DelayEnv):
-    """While its ``stall`` attribute is set, a step waits (up to a minute) for a kill of its worker."""
+    """While its ``stall`` attribute is set, a step waits (up to a minute) for a kill of its worker;
+    a ``stall`` that is a path is created first, to say the step has begun to wait."""
 
-    stall = False
+    stall: bool | str = False
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self.stall:
+            if isinstance(self.stall, str):
+                open(self.stall, "w").close()
             threading.Event().wait(60)
         return super().step(action)
 

@@ -7,11 +7,13 @@ behind, also when called twice, from ``__del__``, or after Ctrl-C; calls after
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +23,7 @@ import numpy as np
 import psutil
 import pytest
 from conftest import RAY_BACKENDS, our_segments
-from envs import CountingEnv, DelayEnv, DictObsEnv, counting
+from envs import CountingEnv, DelayEnv, DictObsEnv, StallingEnv, counting
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
@@ -191,6 +193,42 @@ def test_dropping_the_last_reference_closes(no_leaks, backend):
     assert segments() == before
     if backend == "dummy":
         assert sorted(CLOSED_TAGS) == [0, 1, 2]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend", ["subproc", "ray", "ray-subproc"], indirect=True)
+@pytest.mark.parametrize("call", ["step", "recv"])
+def test_close_from_another_thread_ends_a_call_that_would_wait_forever(make_penv, backend, call, tmp_path):
+    """A watchdog's close(): the call under way, with no call_timeout and an env that never answers,
+    raises ClosedError in its thread; close() returns, and nothing is left behind."""
+    penv = make_penv([functools.partial(StallingEnv, tag=i) for i in range(4)], call_timeout=None)
+    penv.reset(seed=0)
+    stalled = tmp_path / "stalled"
+    penv.set_env_attr("stall", str(stalled), id=[3])
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            if call == "step":
+                penv.step([0] * 4)
+            else:
+                penv.send([0] * 4)
+                penv.recv()
+        except BaseException as exc:  # noqa: BLE001  (whatever it is, the test names it)
+            raised.append(exc)
+
+    caller = threading.Thread(target=run)
+    caller.start()
+    deadline = time.monotonic() + 30
+    while not stalled.exists():  # the env's step has begun to wait forever
+        assert time.monotonic() < deadline, "the step never reached the stalling env"
+        time.sleep(0.01)
+    penv.close()
+    caller.join(timeout=30)
+    assert not caller.is_alive(), "the call under way did not end"
+    assert len(raised) == 1 and isinstance(raised[0], ClosedError), raised
+    with pytest.raises(ClosedError):
+        penv.step([0] * 4)
 
 
 @SUBPROC_ONLY

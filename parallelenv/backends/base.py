@@ -81,6 +81,12 @@ class Backend(Protocol):
         """Every live process this backend started ([] when it runs the envs in the caller)."""
         ...
 
+    # Optional: ``interrupt()``, called from another thread while a call waits on
+    # this backend (ParallelEnv.close() from a watchdog), stops whatever hosts
+    # the envs at once, so that the waiting collect ends with their deaths; it
+    # must touch nothing that the waiting thread reads. Backends that run the
+    # envs in the caller's thread have nothing to stop and leave it out.
+
     def close(self) -> None: ...
 
 

@@ -319,6 +319,12 @@ class RayBackend:
             lost.extend(actor.env_ids)
         return lost
 
+    def interrupt(self) -> None:
+        """From another thread, while a call waits on the actors: kill them, and nothing else (the
+        waiting thread sees their deaths and does the bookkeeping; see Backend.interrupt)."""
+        for actor in list(self._actors):
+            self._ray.kill(actor.handle, no_restart=True)
+
     def close(self) -> None:
         if self._closed:
             return

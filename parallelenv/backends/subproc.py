@@ -390,6 +390,13 @@ class SubprocBackend:
             lost.extend(worker.env_ids)
         return lost
 
+    def interrupt(self) -> None:
+        """From another thread, while a call waits on the workers: kill them, and nothing else (the
+        waiting thread sees their deaths and does the bookkeeping; see Backend.interrupt)."""
+        for worker in list(self._workers):
+            if worker.death is None:
+                worker.process.kill()
+
     def close(self) -> None:
         if self._closed:
             return
