@@ -69,6 +69,13 @@ def _mappings_of_ours() -> list[str]:
     return mapped + held
 
 
+def _names_a_memfd(path: str) -> bool:
+    try:
+        return os.readlink(path).startswith("/memfd:penv_")
+    except FileNotFoundError:
+        return False
+
+
 def _run_in_child(num_envs: int, expect_backing: str, kill_a_worker: bool = False) -> None:
     """What the child runs: ``num_envs`` envs stepped on subproc, their memory where ``expect_backing`` says.
 
@@ -189,3 +196,28 @@ CHILDREN = {
 def test_under_a_small_dev_shm(small_shm, no_leaks, child):
     done = _in_small_shm(f"import test_small_shm; test_small_shm.{child}")
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd_create is Linux's")
+@pytest.mark.parametrize("on_worker_failure", ["raise", "restart"])
+def test_buffers_in_a_memfd_reach_the_workers_and_leave_nothing(no_leaks, monkeypatch, on_worker_failure):
+    # Runs where no small /dev/shm can be mounted (no root): /dev/shm looks full.
+    from parallelenv import ParallelEnv
+    from parallelenv.backends import shm
+
+    monkeypatch.setattr(shm, "_free_shm_bytes", lambda: 0)
+    envs = [functools.partial(MegabyteEnv, i) for i in range(3)]
+    with ParallelEnv(envs, para_mode="subproc", num_workers=2, on_worker_failure=on_worker_failure) as penv:
+        assert penv.backend._shared.backing == "memfd"
+        obs, _ = penv.reset(seed=0)
+        obs, *_ = penv.step([0, 0, 0])
+        assert (obs == np.array([1, 2, 3], dtype=np.uint8)[:, None]).all()
+        # The memfd can be opened by its name only while a new worker may need to.
+        assert _names_a_memfd(penv.backend._shared.name) == (on_worker_failure == "restart")
+        if on_worker_failure == "restart":  # and its new worker opens it
+            os.kill(penv.backend.env_pids()[2], signal.SIGKILL)
+            obs, _ = penv.reset(seed=0)
+            obs, *_ = penv.step([0, 0, 0])
+            assert (obs == np.array([1, 2, 3], dtype=np.uint8)[:, None]).all() and len(penv.failures) == 1
+    assert _mappings_of_ours() == []
