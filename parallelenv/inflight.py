@@ -90,7 +90,10 @@ class InFlight:
                 return outcome
         else:
             self.send(selection, actions, awaited=True)
-        self._wait(lambda: not self.ledger.any_pending(selection), None, drain=True, wanted=selection.count)
+        ledger = self.ledger
+        answered = (lambda: ledger.num_pending == 0) if selection.everyone else \
+            (lambda: not ledger.any_pending(selection))
+        self._wait(answered, None, drain=True, wanted=selection.count)
         return self._hand_over(selection)
 
     def send(self, selection: Selection, actions: Any, awaited: bool = False) -> None:
@@ -238,7 +241,10 @@ class InFlight:
     # ------------------------------------------------------------- dispatching and waiting
 
     def _require_idle(self, selection: Selection, doing: str) -> None:
-        busy = self.ledger.busy(selection.ids)
+        ledger = self.ledger
+        if ledger.num_pending == 0 and ledger.num_ready == 0:
+            return
+        busy = ledger.busy(selection.ids)
         if busy.size:
             named = busy[:8].tolist()
             envs = f"envs {named}" if busy.size <= 8 else f"{busy.size} envs ({str(named)[:-1]}, ...])"

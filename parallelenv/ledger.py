@@ -70,7 +70,7 @@ class Ledger:
 
     def busy(self, ids: np.ndarray) -> np.ndarray:
         """The envs of ``ids`` that are not IDLE."""
-        if self.quiet:
+        if self.num_pending == 0 and self.num_ready == 0:  # a training loop's every step: no property call
             return ids[:0]
         self._write_out()
         return ids[self._state[ids] != IDLE]
@@ -110,7 +110,7 @@ class Ledger:
 
     def number(self, selection: Selection) -> None:
         """Give the envs of ``selection`` the next places in the send order, in its order."""
-        if selection.everyone and self.quiet:
+        if selection.everyone and self.num_pending == 0 and self.num_ready == 0:
             self._whole_order = self._next_order
         else:
             self._write_out()
@@ -120,7 +120,7 @@ class Ledger:
     def dispatched(self, selection: Selection, now: float) -> bool:
         """IDLE -> PENDING, sent at ``now``; whether this is a call of every env with nothing else
         outstanding (no result of another call is then left in the backend's buffers)."""
-        whole = selection.everyone and self.quiet
+        whole = selection.everyone and self.num_pending == 0 and self.num_ready == 0
         if whole:
             self._whole, self._whole_sent_at = PENDING, now
         else:

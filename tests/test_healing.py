@@ -269,12 +269,13 @@ def test_a_death_noticed_by_another_call_leaves_the_step_under_way_answered(make
     penv = make_penv([functools.partial(StallingEnv, tag=i) for i in range(4)], asynchronous="restart",
                      on_worker_failure="restart", **options)
     penv.reset(seed=0)
+    host = host_of(penv.backend, 3)[0]  # asked before env 3 stalls: an actor answers one call at a time
     penv.set_env_attr("stall", True, id=[3])
     penv.send([0] * 4)
     obs, _, _, _, info = penv.recv(wait_num=2)
     answered = info["env_id"].tolist()
     assert 3 not in answered
-    os.kill(host_of(penv.backend, 3)[0], signal.SIGKILL)
+    os.kill(host, signal.SIGKILL)
     if other_call == "reset":
         obs, _ = penv.reset(seed=[5], id=[answered[0]])
         assert obs[0, 1] == 0
