@@ -148,3 +148,19 @@ def step_info(vector: dict[str, Any], position: int) -> dict[str, Any]:
 def reset_info(vector: dict[str, Any], position: int) -> dict[str, Any]:
     """The info of the reset that the ``restart`` policy did in a step ({} if none, or if it had none)."""
     return env_info(vector, position).get("reset_info", {})
+
+
+# The info keys of an env rebuilt after a failure (docs/design.rst, "Surviving failures").
+WORKER_RESTARTED = "worker_restarted"  # rebuilt with its worker
+ENV_RESTARTED = "env_restarted"  # rebuilt after its step raised
+
+
+def rebuilt_envs(info: Mapping[str, Any], n: int) -> np.ndarray:
+    """The mask of the ``n`` envs that a step's vector ``info`` says were rebuilt after a failure in it:
+    their obs is a new episode's first, and the episode they were in ended, cut, where they last were."""
+    rebuilt = np.zeros(n, dtype=bool)
+    for key in (WORKER_RESTARTED, ENV_RESTARTED):
+        mask = info.get("_" + key)
+        if mask is not None:
+            rebuilt |= to_numpy(mask).astype(bool)
+    return rebuilt

@@ -30,7 +30,7 @@ from parallelenv.inflight import InFlight
 from parallelenv.output import check_output, converter
 from parallelenv.policies import Policy, resolve_policy
 from parallelenv.results import Outcome, shaped
-from parallelenv.serialised import one_caller_at_a_time
+from parallelenv.serialised import close_ending_the_call_under_way, close_unless_held, one_caller_at_a_time
 
 DEFAULT_CALL_TIMEOUT_S = 600.0
 # At exit, how long close() waits for a call another thread still has under way.
@@ -386,24 +386,10 @@ class ParallelEnv:
         env in this process, on ``dummy`` or ``tensor``, cannot be stopped
         from outside: the ParallelEnv closes when it returns).
         """
-        if not self._lock.acquire(blocking=False):
-            self._interrupt()
-            if not self._lock.acquire(timeout=CLOSE_INTERRUPT_WAIT_S):
-                return
-        try:
-            self._close()
-        finally:
-            self._lock.release()
-
-    def _interrupt(self) -> None:
-        """End the call another thread has under way: stop the workers it waits on."""
-        self._interrupted = True
-        self._calls.interrupted = True
-        interrupt = getattr(self._backend, "interrupt", None)  # optional: a backend of the caller's thread has none
-        if interrupt is not None:
-            interrupt()
+        close_ending_the_call_under_way(self, lambda: self._calls, CLOSE_INTERRUPT_WAIT_S)
 
     def _close(self) -> None:
+        """Close, the lock held (or given up on at exit)."""
         if self._closed:
             return
         self._closed = True
@@ -411,12 +397,7 @@ class ParallelEnv:
 
     def _close_at_exit(self) -> None:
         """close() for ``__del__`` and interpreter exit, where a thread still in a call must not stop it."""
-        acquired = self._lock.acquire(timeout=EXIT_LOCK_WAIT_S)
-        try:
-            self._close()
-        finally:
-            if acquired:
-                self._lock.release()
+        close_unless_held(self, EXIT_LOCK_WAIT_S)
 
     # ----------------------------------------------------------------- helpers
 

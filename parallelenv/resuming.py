@@ -24,10 +24,8 @@ from parallelenv.batching import take
 from parallelenv.calls import Call, Done, Failure, Rebuild, Reset, Step, method_name, split_call
 from parallelenv.errors import WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_HUNG, Healing, SurvivedFailure
+from parallelenv.infos import ENV_RESTARTED, WORKER_RESTARTED
 from parallelenv.ledger import Ledger
-
-WORKER_RESTARTED = "worker_restarted"  # the info key of an env rebuilt with its worker
-ENV_RESTARTED = "env_restarted"  # the info key of an env rebuilt after it raised
 
 
 class Resumer:

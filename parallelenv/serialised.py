@@ -37,3 +37,38 @@ def one_caller_at_a_time(method: F) -> F:
                     self._close()
 
     return cast(F, serialised)
+
+
+def close_ending_the_call_under_way(penv: Any, calls: Callable[[], Any], wait_s: float) -> None:
+    """``penv.close()``: at once where no other thread has a call under way; else end that call first.
+
+    The backend's optional ``interrupt()`` stops the workers or actors the
+    call waits on, touching nothing else; the waiting thread sees their
+    deaths, survives none (``calls().interrupted``), raises ClosedError and
+    closes ``penv`` on its way out. This returns once it has, or after
+    ``wait_s`` (a call running an env in the caller's thread cannot be stopped).
+    """
+    lock = penv._lock
+    if not lock.acquire(blocking=False):
+        penv._interrupted = True
+        calls().interrupted = True
+        interrupt = getattr(penv.backend, "interrupt", None)  # a backend of the caller's thread has none
+        if interrupt is not None:
+            interrupt()
+        if not lock.acquire(timeout=wait_s):
+            return
+    try:
+        penv._close()
+    finally:
+        lock.release()
+
+
+def close_unless_held(penv: Any, wait_s: float) -> None:
+    """``penv._close()`` with the lock if it can be had within ``wait_s``, without it else (at exit:
+    a thread still in a call must not keep the workers alive)."""
+    acquired = penv._lock.acquire(timeout=wait_s)
+    try:
+        penv._close()
+    finally:
+        if acquired:
+            penv._lock.release()

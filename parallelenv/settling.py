@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parallelenv.arrays import Tree, copy_tree, put_masked, put_row, put_rows, to_numpy, tree_map
-from parallelenv.infos import ended_states
+from parallelenv.infos import ended_states, rebuilt_envs
 from parallelenv.trajectories import StepFields
 
 if TYPE_CHECKING:
@@ -86,7 +86,9 @@ class Settler:
         ended = done | cut
         new_obs = next_obs
         restarted = info.get("_ended_state")
-        rebuilt = _rebuilt(info)
+        rebuilt = rebuilt_envs(info, len(terminated_np))
+        if not rebuilt.any():
+            rebuilt = None
         if restarted is not None or rebuilt is not None:
             next_obs = copy_tree(next_obs)
         if restarted is not None:  # asynchronous="restart" reset these envs: their real last obs is in the info
@@ -122,9 +124,3 @@ class Settler:
         return obs
 
 
-def _rebuilt(info: dict[str, Any]) -> np.ndarray | None:
-    """The mask of envs rebuilt after a failure in this step, or None when none was."""
-    masks = [to_numpy(info[key]).astype(bool) for key in ("_worker_restarted", "_env_restarted") if key in info]
-    if not masks:
-        return None
-    return np.logical_or.reduce(masks)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import CountingEnv, RenderingEnv, counting
+from envs import CountingEnv, FaultyEnv, RenderingEnv, counting
 
 from parallelenv import EnvError, ParallelEnv
 
@@ -228,3 +230,25 @@ def test_factories_sharing_one_env_are_refused_where_one_process_builds_them(mak
     venv.reset()
     obs, *_ = venv.step(np.array([1, 1]))
     assert obs[:, 1].tolist() == [1, 1]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("asynchronous", ["restart", "idle"])
+@pytest.mark.parametrize("copy", [True, False])
+def test_an_env_rebuilt_after_a_failure_ends_its_episode_on_the_last_obs_sb3_saw(make_penv, asynchronous, copy):
+    """on_env_error="restart": env 1 raises in its second step and is rebuilt; SB3 sees its episode end,
+    cut by the time limit as it were, with the terminal_observation it last returned for it."""
+    envs = [functools.partial(FaultyEnv, tag=i, at_step=2 if i == 1 else 10**9) for i in range(3)]
+    venv = SB3VecEnv(make_penv(envs, asynchronous=asynchronous, on_env_error="restart", copy=copy))
+    first = venv.reset().copy()
+    venv.step_async(np.array([1, 2, 3]))
+    obs, _, dones, infos = venv.step_wait()
+    assert not dones.any()
+    seen = obs.copy()
+    venv.step_async(np.array([4, 4, 4]))
+    obs, _, dones, infos = venv.step_wait()
+    assert dones.tolist() == [False, True, False]
+    np.testing.assert_array_equal(infos[1]["terminal_observation"], seen[1])
+    assert infos[1]["TimeLimit.truncated"] and infos[1]["env_restarted"]
+    assert obs[1, 1] == 0 and obs[0, 1] == 2  # env 1 starts a new episode, the others go on
+    assert first[1, 1] == 0

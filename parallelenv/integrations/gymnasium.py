@@ -47,10 +47,16 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from parallelenv.arrays import copy_tree
 from parallelenv.batching import allocate, as_gymnasium_batch, check_batch, private_parts, put, take, unbatch, zeros
 from parallelenv.calls import Arguments
-from parallelenv.infos import RESTART_KEYS, env_info, python_dtypes_as_python
+from parallelenv.infos import (
+    ENV_RESTARTED,
+    RESTART_KEYS,
+    WORKER_RESTARTED,
+    env_info,
+    python_dtypes_as_python,
+    rebuilt_envs,
+)
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.policies import Policy
-from parallelenv.resuming import ENV_RESTARTED, WORKER_RESTARTED
 
 # What a rebuilt env's info says of the failure that cut its episode; the rest is its new episode's reset info.
 CUT_KEYS = (WORKER_RESTARTED, ENV_RESTARTED, "failure")
@@ -201,7 +207,7 @@ class GymnasiumVectorEnv(VectorEnv):
         """NEXT_STEP and DISABLED: a step of every env, its rebuilt envs' episodes ended on their last obs."""
         obs, reward, terminated, truncated, info = self.penv.step(actions)
         obs = self._own(obs)
-        rebuilt = _rebuilt(info, self.num_envs)
+        rebuilt = rebuilt_envs(info, self.num_envs)
         if not rebuilt.any():
             return obs, reward, terminated, truncated, info
         entries = {p: env_info(info, p, python_dtypes_as_python) for p in range(self.num_envs)}
@@ -245,7 +251,7 @@ class GymnasiumVectorEnv(VectorEnv):
             put(obs, step_ids, step_obs)
             reward[step_ids], terminated[step_ids], truncated[step_ids] = step_reward, step_terminated, step_truncated
             parts.append((step_ids, info))
-            rebuilt = step_ids[_rebuilt(info, step_ids.size)]
+            rebuilt = step_ids[rebuilt_envs(info, step_ids.size)]
         entries = {
             i: env_info(part, p, python_dtypes_as_python) for ids, part in parts for p, i in enumerate(ids.tolist())
         }
@@ -256,7 +262,7 @@ class GymnasiumVectorEnv(VectorEnv):
     def _same_step_info(self, info: dict[str, Any]) -> dict[str, Any]:
         """Gymnasium's SAME_STEP info out of the ``restart`` policy's, merged as ``SyncVectorEnv`` merges it."""
         ended = info.get("_ended_state")
-        rebuilt = _rebuilt(info, self.num_envs)
+        rebuilt = rebuilt_envs(info, self.num_envs)
         if ended is None and not rebuilt.any():
             return info
         infos: dict[str, Any] = {}
@@ -301,16 +307,6 @@ class GymnasiumVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.penv.close()
-
-
-def _rebuilt(info: dict[str, Any], n: int) -> np.ndarray:
-    """The mask of the ``n`` envs of a step's ``info`` that were rebuilt after a failure in it."""
-    rebuilt = np.zeros(n, dtype=bool)
-    for key in (WORKER_RESTARTED, ENV_RESTARTED):
-        mask = info.get("_" + key)
-        if mask is not None:
-            rebuilt |= np.asarray(mask, dtype=bool)
-    return rebuilt
 
 
 def _reset_mask(mask: Any, n: int) -> np.ndarray:

@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
+from parallelenv.arrays import copy_tree
 from parallelenv.batching import put, unbatch
 from parallelenv.calls import Arguments
-from parallelenv.infos import ended_states, env_info, reset_info, step_info
+from parallelenv.infos import ended_states, env_info, rebuilt_envs, reset_info, step_info
 from parallelenv.integrations import is_wrapped
 from parallelenv.parallel_env import ParallelEnv
 
@@ -53,6 +54,8 @@ class SB3VecEnv(VecEnv):
         self.penv = penv
         self._restarts = penv.policy.restarts_finished_envs  # the env hosts reset finished envs, not this view
         self._stepping = False  # step_async sent actions that step_wait has not received
+        # The obs last handed to SB3: an env rebuilt after a failure ends its episode there.
+        self._last_obs: Any = None
         super().__init__(len(penv), penv.single_observation_space, penv.single_action_space)
 
     def reset(self) -> VecEnvObs:
@@ -65,7 +68,7 @@ class SB3VecEnv(VecEnv):
         self.reset_infos = [env_info(info, i) for i in range(self.num_envs)]
         self._reset_seeds()  # seeds and options apply to one reset only
         self._reset_options()
-        return obs
+        return self._remember(obs)
 
     def step_async(self, actions: np.ndarray) -> None:
         self.penv.send(actions)
@@ -81,18 +84,26 @@ class SB3VecEnv(VecEnv):
             own["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
         dones = terminated | truncated
         done_ids = np.flatnonzero(dones)
+        # An env rebuilt after a failure answered with a new episode's first obs: its
+        # episode ended, cut, on the last obs SB3 saw of it.
+        rebuilt = rebuilt_envs(info, self.num_envs) if self._last_obs is not None else np.zeros(self.num_envs, bool)
         if self._restarts:
             for i in done_ids.tolist():
-                infos[i]["terminal_observation"] = ended[i]
+                infos[i]["terminal_observation"] = unbatch(self._last_obs, i) if rebuilt[i] else ended[i]
                 self.reset_infos[i] = reset_info(info, i)
         elif done_ids.size:
             for i in done_ids.tolist():
-                infos[i]["terminal_observation"] = unbatch(obs, i)
+                infos[i]["terminal_observation"] = unbatch(self._last_obs if rebuilt[i] else obs, i)
             reset_obs, first_info = self.penv.reset(id=done_ids)
             put(obs, done_ids, reset_obs)
             for p, i in enumerate(done_ids.tolist()):
                 self.reset_infos[i] = env_info(first_info, p)
-        return obs, reward.astype(np.float32), dones, infos
+        return self._remember(obs), reward.astype(np.float32), dones, infos
+
+    def _remember(self, obs: Any) -> Any:
+        """``obs``, handed to SB3, kept as the last obs of each env (a copy where the next step rewrites it)."""
+        self._last_obs = copy_tree(obs) if self.penv.reuses_result_buffers else obs
+        return obs
 
     def close(self) -> None:
         self.penv.close()
