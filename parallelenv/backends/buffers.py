@@ -11,7 +11,7 @@ messages instead.
 from __future__ import annotations
 
 import weakref
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 from gymnasium import spaces
@@ -37,14 +37,14 @@ class Buffers:
     ended: np.ndarray | None = None
     ended_obs: Batched | None = None
     #: Results of a call on every env are these arrays themselves, lent to the
-    #: caller until the next call rewrites them, rather than copies (``copy=False``).
-    #: An attribute too, set by the front from ``copy``: either way it re-chooses :attr:`handover`.
-    lent: InitVar[bool] = False
+    #: caller until the next call rewrites them, rather than copies (``copy=False``,
+    #: which the front sets here for every backend).
+    lent: bool = False
     #: Whether a step of every env may hand ``obs`` itself to the caller and
     #: put a new array in its place rather than copy it out (the ``renew``
     #: handover). Set by backends whose buffers are the caller's own memory, for
     #: observations large enough that the copy costs more than the allocation.
-    renews_obs: InitVar[bool] = False
+    renews_obs: bool = False
     #: Buffers in shared memory hand ``obs`` over by turns instead (the ``slot``
     #: handover, see :meth:`use_obs_slot`): slot 0 is ``obs`` as allocated, the others are
     #: spares that a step of every env may be written into and handed over
@@ -55,36 +55,20 @@ class Buffers:
     #: and the memoryview of it that leases are made from (made once: a step pays a lease only).
     obs_leases: list[weakref.ref[np.ndarray] | None] = field(default_factory=list, repr=False)
     obs_memory: list[memoryview] = field(default_factory=list, repr=False)
-    #: How results reach the caller: chosen from ``lent``, ``renews_obs`` and ``obs_slots`` alone.
-    handover: Handover = field(init=False, repr=False)
     #: The parts of ``obs`` and ``actions`` private to this process (spaces of
     #: no fixed shape), in a fixed order: what a backend whose envs run in other
     #: processes sends along with its calls and replies. Empty for fixed shapes.
     private_obs: list[np.ndarray] = field(init=False, repr=False)
     private_actions: list[np.ndarray] = field(init=False, repr=False)
 
-    def __post_init__(self, lent: bool, renews_obs: bool) -> None:
+    def __post_init__(self) -> None:
         self.private_obs = private_parts(self.obs)
         self.private_actions = private_parts(self.actions)
-        self._lent, self._renews_obs = lent, renews_obs
-        self._choose_handover()
 
-    def _choose_handover(self) -> None:
-        self.handover = choose(self._lent, self._renews_obs, bool(self.obs_slots))
-
-    def _get_lent(self) -> bool:
-        return self._lent
-
-    def _set_lent(self, lent: bool) -> None:
-        self._lent = lent
-        self._choose_handover()
-
-    def _get_renews_obs(self) -> bool:
-        return self._renews_obs
-
-    def _set_renews_obs(self, renews_obs: bool) -> None:
-        self._renews_obs = renews_obs
-        self._choose_handover()
+    @property
+    def handover(self) -> Handover:
+        """How results reach the caller, read from ``lent``, ``renews_obs`` and ``obs_slots`` alone."""
+        return choose(self.lent, self.renews_obs, bool(self.obs_slots))
 
     def use_obs_slot(self, slot: int) -> None:
         """Make slot ``slot`` ``obs``: where the next calls write their observations."""
@@ -114,16 +98,7 @@ class Buffers:
             buffers.obs_slots = [obs, *(allocate(obs_space, num_envs, alloc) for _ in range(spare_obs_slots))]
             buffers.obs_leases = [None] * len(buffers.obs_slots)
             buffers.obs_memory = [memoryview(slot) for slot in buffers.obs_slots]
-            buffers._choose_handover()
         return buffers
-
-
-# ``lent`` and ``renews_obs`` are arguments of the constructor (InitVar) and
-# attributes that backends and the front set later; as properties, set after
-# the class is made so the dataclass keeps their defaults, each setting
-# chooses the handover again.
-Buffers.lent = property(Buffers._get_lent, Buffers._set_lent)  # type: ignore[assignment]
-Buffers.renews_obs = property(Buffers._get_renews_obs, Buffers._set_renews_obs)  # type: ignore[assignment]
 
 
 # The ended episodes' rows double the observations' share of the buffers
