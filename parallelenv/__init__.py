@@ -21,6 +21,7 @@ from parallelenv.errors import (
 )
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.policies import POLICIES
+from parallelenv.recycling import Recycling
 
 __all__ = [
     "AlreadyPendingError",
@@ -30,6 +31,7 @@ __all__ = [
     "POLICIES",
     "ParallelEnv",
     "ParallelEnvError",
+    "Recycling",
     "WorkerDiedError",
     "WorkerTimeoutError",
     "register_backend",

@@ -35,7 +35,8 @@ class SurvivedFailure:
     Attributes:
         time: when it was seen (``time.time()``).
         env_ids: the envs rebuilt because of it.
-        kind: ``"worker died"``, ``"worker hung"`` (past ``call_timeout``, killed) or ``"env error"``.
+        kind: ``"worker died"``, ``"worker hung"`` (past ``call_timeout``, killed), ``"env error"``, or
+            ``"worker recycled"`` (replaced on purpose, see :class:`~parallelenv.recycling.Recycling`).
         reason: what was seen: exit code or signal, lost node, or the env's exception.
         traceback: the env's remote traceback, for an env error.
     """
@@ -83,6 +84,11 @@ class Healing:
         self.failures.append(SurvivedFailure(time.time(), env_ids, kind, reason, traceback))
         return True
 
+    def record(self, env_ids: tuple[int, ...], kind: str, reason: str) -> SurvivedFailure:
+        """Log a replacement made on purpose (recycling): it spends no restart."""
+        self.failures.append(SurvivedFailure(time.time(), env_ids, kind, reason))
+        return self.failures[-1]
+
     def name_rebuilt(self, env_ids: list[int]) -> None:
         """Let the last failure name every env rebuilt for it (a host may rebuild more than the dead ones)."""
         last = self.failures[-1]
@@ -117,3 +123,16 @@ class Healing:
             sequence = np.random.SeedSequence(base, spawn_key=(count,))
             seeds.append(int(sequence.generate_state(1, np.uint64)[0]))
         return tuple(seeds)
+
+
+def refuse_without_workers(backend: Any, para_mode: str, restarts_workers: bool, recycle: Any) -> None:
+    """A ValueError where healing or recycling asks to replace workers that ``backend`` does not have."""
+    from parallelenv.backends.base import RestartsWorkers  # the backends' protocol, not loaded for the choices
+
+    if not isinstance(backend, RestartsWorkers):
+        for wanted, what in ((restarts_workers, "on_worker_failure='restart'"), (recycle is not None, "recycle=")):
+            if wanted:
+                raise ValueError(
+                    f"{what}: para_mode={para_mode!r} runs its envs in this process, with no worker to "
+                    "replace; use 'subproc', 'ray' or 'ray-subproc'"
+                )

@@ -27,6 +27,7 @@ from parallelenv.errors import AlreadyPendingError, ClosedError, WorkerDiedError
 from parallelenv.healing import Healing
 from parallelenv.ledger import Ledger
 from parallelenv.policies import Policy
+from parallelenv.recycling import Recycler, Recycling
 from parallelenv.results import Outcome, Received, add_ended, join_batched_infos
 from parallelenv.resuming import Resumer
 
@@ -43,6 +44,7 @@ class InFlight:
         call_timeout: float | None,
         healing: Healing | None = None,
         sources: list[Any] | None = None,
+        recycling: Recycling | None = None,
     ) -> None:
         n = self.num_envs = backend.num_envs
         self.backend = backend
@@ -68,7 +70,11 @@ class InFlight:
         self.broken: WorkerDiedError | None = None
         # Set from another thread by ParallelEnv.close(): the wait ends, and no death is survived.
         self.interrupted = False
-        active = healing is not None and healing.active
+        self._recycler = None
+        if recycling is not None:
+            self._recycler = Recycler(recycling, backend.workers(), n)  # type: ignore[attr-defined]
+            healing = healing or Healing("raise", "raise", 0, 1.0)
+        active = healing is not None and (healing.active or self._recycler is not None)
         self._resumer = Resumer(healing, sources, backend, self.ledger, self.select) if active else None
 
     def select(self, ids: np.ndarray | None) -> Selection:
@@ -94,7 +100,7 @@ class InFlight:
         answered = (lambda: ledger.num_pending == 0) if selection.everyone else \
             (lambda: not ledger.any_pending(selection))
         self._wait(answered, None, drain=True, wanted=selection.count)
-        return self._hand_over(selection)
+        return self._recycled_after(self._hand_over(selection))
 
     def send(self, selection: Selection, actions: Any, awaited: bool = False) -> None:
         """Step the envs of ``selection`` with the user's ``actions``, checked before anything is
@@ -137,7 +143,23 @@ class InFlight:
         over every one there is, in the order they were sent."""
         ledger = self.ledger
         self._wait(lambda: ledger.num_ready >= wait_num, deadline, drain=False, wanted=wait_num - ledger.num_ready)
-        return self._hand_over(self.select(ledger.ready_in_send_order()))
+        return self._recycled_after(self._hand_over(self.select(ledger.ready_in_send_order())))
+
+    def _recycled_after(self, outcome: Outcome) -> Outcome:
+        """Count the steps handed over, and replace the workers past a recycling limit that have no call
+        under way (the others at a later step); their envs answer their next step as rebuilt envs do."""
+        recycler = self._recycler
+        if recycler is None:
+            return outcome
+        recycler.stepped(outcome.answered.rows)
+        workers = self.backend.workers()  # type: ignore[attr-defined]
+        for index, reason in recycler.due(workers):
+            env_ids = list(workers[index][0])
+            if self.ledger.busy(np.array(env_ids)).size == 0:
+                assert self._resumer is not None  # made with the recycler
+                self._resumer.recycle(env_ids, reason)
+                recycler.renewed(index)
+        return outcome
 
     def reset(self, call: Reset, selection: Selection) -> Outcome:
         """Run ``call`` and hand over the first obs of the envs it reset; the policy counts them as live."""

@@ -22,21 +22,24 @@ from parallelenv.array_kinds import Selection
 from parallelenv.arrays import is_tensor
 from parallelenv.at_exit import close_at_exit
 from parallelenv.backends import BackendConfig, env_maker, resolve_backend
-from parallelenv.backends.base import Backend, RestartsWorkers
+from parallelenv.backends.base import Backend
 from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, GetAttr, ReplaceEnv, Reset, SetAttr, env_error
 from parallelenv.errors import ClosedError
-from parallelenv.healing import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW_S, Healing, SurvivedFailure
+from parallelenv.healing import (
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_RESTART_WINDOW_S,
+    Healing,
+    SurvivedFailure,
+    refuse_without_workers,
+)
 from parallelenv.inflight import InFlight
 from parallelenv.output import check_output, converter
 from parallelenv.policies import Policy, resolve_policy
+from parallelenv.recycling import Recycling
 from parallelenv.results import Outcome, shaped
 from parallelenv.serialised import close_ending_the_call_under_way, close_unless_held, one_caller_at_a_time
 
 DEFAULT_CALL_TIMEOUT_S = 600.0
-# At exit, how long close() waits for a call another thread still has under way.
-EXIT_LOCK_WAIT_S = 1.0
-# How long close() from another thread waits for the call it ended to return.
-CLOSE_INTERRUPT_WAIT_S = 10.0
 
 
 class ParallelEnv:
@@ -82,6 +85,8 @@ class ParallelEnv:
         max_restarts, restart_window: the budget of restarts: at most
             ``max_restarts`` within any ``restart_window`` seconds; the next
             failure raises.
+        recycle: a :class:`~parallelenv.Recycling`: replace workers on purpose after a number of
+            steps, an age, or a resident-memory limit (leaky simulators), envs cut as when rebuilt.
         **backend_options: passed to the backend (``num_workers``,
             ``start_method`` for ``"subproc"``).
 
@@ -111,6 +116,7 @@ class ParallelEnv:
         on_env_error: str = "raise",
         max_restarts: int = DEFAULT_MAX_RESTARTS,
         restart_window: float = DEFAULT_RESTART_WINDOW_S,
+        recycle: Recycling | None = None,
         **backend_options: Any,
     ) -> None:
         self._lock = threading.RLock()
@@ -129,7 +135,7 @@ class ParallelEnv:
             num_gpus=num_gpus,
             no_warning=no_warning,
             call_timeout=call_timeout,
-            restarts_workers=self._healing.restarts_workers,
+            restarts_workers=self._healing.restarts_workers or recycle is not None,  # a worker may be replaced
             rebuilds_envs=self._healing.rebuilds_envs,
             copy=copy,
         )
@@ -139,17 +145,12 @@ class ParallelEnv:
         self._backend: Backend = factory(envs, config, **backend_options)
         self._closed = False
         close_at_exit(self)
-        if self._healing.restarts_workers and not isinstance(self._backend, RestartsWorkers):
-            self.close()
-            raise ValueError(
-                f"on_worker_failure='restart': para_mode={para_mode!r} runs its envs in this process, with no "
-                "worker to restart; use 'subproc', 'ray' or 'ray-subproc'"
-            )
         if copy is not None:
             self._backend.buffers.lent = not copy
         sources = list(envs) if self._healing.rebuilds_envs else None
-        self._calls = InFlight(self._backend, self._policy, call_timeout, self._healing, sources)
         try:
+            refuse_without_workers(self._backend, para_mode, self._healing.restarts_workers, recycle)
+            self._calls = InFlight(self._backend, self._policy, call_timeout, self._healing, sources, recycle)
             self._to_torch = converter(output, device, self._calls.arrays.native_output, self._backend, para_mode)
         except ValueError:
             self.close()
@@ -382,11 +383,11 @@ class ParallelEnv:
         A call under way in another thread (a watchdog closing a hung
         ParallelEnv) is ended: the workers are stopped under it, it raises
         :class:`~parallelenv.ClosedError` in its thread, and close() returns
-        once it has, or after ``CLOSE_INTERRUPT_WAIT_S`` (a call running an
+        once it has, or after 10 s (a call running an
         env in this process, on ``dummy`` or ``tensor``, cannot be stopped
         from outside: the ParallelEnv closes when it returns).
         """
-        close_ending_the_call_under_way(self, lambda: self._calls, CLOSE_INTERRUPT_WAIT_S)
+        close_ending_the_call_under_way(self, lambda: self._calls)
 
     def _close(self) -> None:
         """Close, the lock held (or given up on at exit)."""
@@ -397,7 +398,7 @@ class ParallelEnv:
 
     def _close_at_exit(self) -> None:
         """close() for ``__del__`` and interpreter exit, where a thread still in a call must not stop it."""
-        close_unless_held(self, EXIT_LOCK_WAIT_S)
+        close_unless_held(self)
 
     # ----------------------------------------------------------------- helpers
 

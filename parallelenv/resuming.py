@@ -26,6 +26,7 @@ from parallelenv.errors import WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_HUNG, Healing, SurvivedFailure
 from parallelenv.infos import ENV_RESTARTED, WORKER_RESTARTED
 from parallelenv.ledger import Ledger
+from parallelenv.recycling import WORKER_RECYCLED
 
 
 class Resumer:
@@ -105,6 +106,14 @@ class Resumer:
             )
             for env_id in calling.tolist()
         ]
+
+    def recycle(self, env_ids: list[int], reason: str) -> None:
+        """Replace the worker of ``env_ids``, none of which has a call under way, on purpose: its envs owe
+        their next step their new episode's first obs, as after a death (see parallelenv.recycling)."""
+        self._backend.kill(env_ids)
+        rebuilt = self._backend.restart(env_ids)
+        failure = self.healing.record(tuple(sorted(rebuilt)), WORKER_RECYCLED, reason)
+        self._resume(rebuilt, failure, None)
 
     def forget_owed(self, env_ids: tuple[int, ...]) -> None:
         """These envs are reset anyway: their new episode starts there, not at their next step."""

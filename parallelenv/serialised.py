@@ -15,6 +15,11 @@ from typing import Any, TypeVar, cast
 
 from parallelenv.errors import ClosedError
 
+# At exit, how long close() waits for a call another thread still has under way.
+EXIT_LOCK_WAIT_S = 1.0
+# How long close() from another thread waits for the call it ended to return.
+CLOSE_INTERRUPT_WAIT_S = 10.0
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -39,7 +44,7 @@ def one_caller_at_a_time(method: F) -> F:
     return cast(F, serialised)
 
 
-def close_ending_the_call_under_way(penv: Any, calls: Callable[[], Any], wait_s: float) -> None:
+def close_ending_the_call_under_way(penv: Any, calls: Callable[[], Any], wait_s: float = CLOSE_INTERRUPT_WAIT_S) -> None:
     """``penv.close()``: at once where no other thread has a call under way; else end that call first.
 
     The backend's optional ``interrupt()`` stops the workers or actors the
@@ -63,7 +68,7 @@ def close_ending_the_call_under_way(penv: Any, calls: Callable[[], Any], wait_s:
         lock.release()
 
 
-def close_unless_held(penv: Any, wait_s: float) -> None:
+def close_unless_held(penv: Any, wait_s: float = EXIT_LOCK_WAIT_S) -> None:
     """``penv._close()`` with the lock if it can be had within ``wait_s``, without it else (at exit:
     a thread still in a call must not keep the workers alive)."""
     acquired = penv._lock.acquire(timeout=wait_s)

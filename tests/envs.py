@@ -179,6 +179,20 @@ class StallingEnv(DelayEnv):
         return super().step(action)
 
 
+class LeakyEnv(CountingEnv):
+    """Holds on to ``leak_mb`` MiB more of written memory after each step, as a leaky simulator does."""
+
+    def __init__(self, tag: int = 0, leak_mb: float = 0.0, episode_length: int = 50) -> None:
+        super().__init__(tag, episode_length)
+        self.leak_mb = leak_mb
+        self.leaked: list[bytes] = []
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self.leak_mb:
+            self.leaked.append(b"x" * int(self.leak_mb * 2**20))  # written: resident, not just reserved
+        return super().step(action)
+
+
 class WarningEnv(CountingEnv):
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         import warnings

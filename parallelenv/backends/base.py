@@ -103,6 +103,11 @@ class RestartsWorkers(Protocol):
         """
         ...
 
+    def workers(self) -> list[tuple[tuple[int, ...], int | None]]:
+        """Each host's env ids and its process id on this machine (None where it has none here), in a
+        fixed order: what recycling counts and measures per worker (``kill`` then ``restart`` replaces one)."""
+        ...
+
 
 
 class RunsInCaller:

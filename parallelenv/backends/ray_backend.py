@@ -319,6 +319,10 @@ class RayBackend:
             lost.extend(actor.env_ids)
         return lost
 
+    def workers(self) -> list[tuple[tuple[int, ...], int | None]]:
+        # An actor's process may be on another node: asking it would cost a round trip, so no pid.
+        return [(tuple(actor.env_ids), None) for actor in self._actors]
+
     def interrupt(self) -> None:
         """From another thread, while a call waits on the actors: kill them, and nothing else (the
         waiting thread sees their deaths and does the bookkeeping; see Backend.interrupt)."""

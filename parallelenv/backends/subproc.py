@@ -390,6 +390,9 @@ class SubprocBackend:
             lost.extend(worker.env_ids)
         return lost
 
+    def workers(self) -> list[tuple[tuple[int, ...], int | None]]:
+        return [(worker.group_ids, worker.pid) for worker in self._workers]
+
     def interrupt(self) -> None:
         """From another thread, while a call waits on the workers: kill them, and nothing else (the
         waiting thread sees their deaths and does the bookkeeping; see Backend.interrupt)."""
