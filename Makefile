@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test test-long lint docs bench bench-quick compat clean
+.PHONY: demo test test-pythons test-long lint docs bench bench-quick compat clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,45 @@ demo: $(VENV)/.installed-demo
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -n $(TEST_WORKERS) -m "not long"
+	@$(MAKE) --no-print-directory test-pythons
+
+# The core suite on every other CPython the package claims (setup.cfg: 3.10+),
+# each in its own .venv-3.X with the light test-core extra: torch from PyPI
+# brings gigabytes of CUDA (the CPU build pinned here is the main venv's
+# Python's), so the Ray, tensor and SB3 tests skip there and the rest runs
+# on dummy, toy and subproc, in about a minute a version.
+# A version this machine lacks is skipped with a line saying so.
+PYTHONS ?= 3.10 3.11 3.12 3.13
+CORE_TESTS ?= tests/test_conformance.py tests/test_gymnasium_view.py tests/test_sb3_view.py \
+	tests/test_ids.py tests/test_policies.py tests/test_errors.py tests/test_lifecycle.py
+PYENV_ROOT ?= $(HOME)/.pyenv
+# python3.X on PATH may be a pyenv shim for a version pyenv has not selected,
+# which only prints an error: take the first candidate that runs as 3.X.
+python_for = $(firstword $(foreach p,$(shell command -v python$(1) 2>/dev/null) \
+	$(wildcard $(PYENV_ROOT)/versions/$(1).*/bin/python$(1)),$(if $(shell $(p) -c \
+	'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$(1)")' >/dev/null 2>&1 && echo ok),$(p))))
+MAIN_PYTHON = $(shell $(if $(wildcard $(PY)),$(PY),$(PYTHON)) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+
+test-pythons:
+	@status=0; for v in $(PYTHONS); do \
+		if [ "$$v" = "$(MAIN_PYTHON)" ]; then echo "Python $$v: make test's own suite in $(VENV), not run again"; \
+		else $(MAKE) --no-print-directory test-python-$$v || status=1; fi; \
+	done; exit $$status
+
+test-python-%:
+	$(if $(call python_for,$*),@$(MAKE) --no-print-directory $(VENV)-$*/.installed-test-core \
+		&& echo "Python $*: $(call python_for,$*)" \
+		&& $(VENV)-$*/bin/python -m pytest -n $(TEST_WORKERS) -m "not long" -rfE $(CORE_TESTS), \
+		@echo "Python $*: not found, skipped")
+
+# Else make would delete it as an intermediate file after each run, and remake the venv.
+.PRECIOUS: $(VENV)-%/bin/python
+$(VENV)-%/bin/python:
+	$(call python_for,$*) -m venv $(VENV)-$*
+
+$(VENV)-%/.installed-test-core: setup.cfg setup.py constraints.txt | $(VENV)-%/bin/python
+	$(VENV)-$*/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test-core]"
+	touch $@
 
 test-long: $(VENV)/.installed-test
 	$(PY) -m pytest -n $(TEST_WORKERS) -m long
@@ -52,4 +91,4 @@ compat: $(VENV)/.installed-test
 	GYMNASIUM_GIT=$(GYMNASIUM_GIT) $(PY) -m compat $(COMPAT_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VENV)-3.* build *.egg-info
