@@ -129,10 +129,9 @@ def refuse_without_workers(backend: Any, para_mode: str, restarts_workers: bool,
     """A ValueError where healing or recycling asks to replace workers that ``backend`` does not have."""
     from parallelenv.backends.base import RestartsWorkers  # the backends' protocol, not loaded for the choices
 
-    if not isinstance(backend, RestartsWorkers):
-        for wanted, what in ((restarts_workers, "on_worker_failure='restart'"), (recycle is not None, "recycle=")):
-            if wanted:
-                raise ValueError(
-                    f"{what}: para_mode={para_mode!r} runs its envs in this process, with no worker to "
-                    "replace; use 'subproc', 'ray' or 'ray-subproc'"
-                )
+    asked = "on_worker_failure='restart'" if restarts_workers else "recycle=" if recycle is not None else None
+    if asked is not None and not isinstance(backend, RestartsWorkers):
+        raise ValueError(
+            f"{asked}: para_mode={para_mode!r} runs its envs in this process, with no worker to "
+            "replace; use 'subproc', 'ray' or 'ray-subproc'"
+        )
