@@ -121,7 +121,6 @@ class ParallelEnv:
     ) -> None:
         self._lock = threading.RLock()
         self._closed = True  # until the backend exists, close() has nothing to do
-        self._interrupted = False  # close() from another thread is ending the call under way
         check_output(output, device)
         if copy not in (None, True, False):
             raise TypeError(f"copy={copy!r}; use True or False")
@@ -387,7 +386,7 @@ class ParallelEnv:
         env in this process, on ``dummy`` or ``tensor``, cannot be stopped
         from outside: the ParallelEnv closes when it returns).
         """
-        close_ending_the_call_under_way(self, lambda: self._calls)
+        close_ending_the_call_under_way(self)
 
     def _close(self) -> None:
         """Close, the lock held (or given up on at exit)."""
@@ -403,7 +402,7 @@ class ParallelEnv:
     # ----------------------------------------------------------------- helpers
 
     def _check_usable(self) -> None:
-        if self._closed or self._interrupted:
+        if self._closed or self._calls.interrupted:
             raise ClosedError("this ParallelEnv is closed")
         broken = self._calls.broken
         if broken is not None:

@@ -3,7 +3,7 @@
 Interleaved, two threads would take each other's replies: one could get the
 other's rewards, or both wait for a reply the other consumed. The one
 exception is ``close()``, which ends the call another thread has under way
-(``self._interrupted``): that call then raises ClosedError in its thread,
+(``self._calls.interrupted``, the one record of it): that call then raises ClosedError in its thread,
 which closes the ParallelEnv on its way out, since it owns the lock.
 """
 
@@ -32,31 +32,30 @@ def one_caller_at_a_time(method: F) -> F:
             try:
                 return method(self, *args, **kwargs)
             except Exception as exc:
-                if not self._interrupted or isinstance(exc, ClosedError):
+                if not self._calls.interrupted or isinstance(exc, ClosedError):
                     raise
                 raise ClosedError(
                     f"close() from another thread ended this call ({type(exc).__name__}: {exc})"
                 ) from exc
             finally:
-                if self._interrupted:
+                if self._calls.interrupted:
                     self._close()
 
     return cast(F, serialised)
 
 
-def close_ending_the_call_under_way(penv: Any, calls: Callable[[], Any], wait_s: float = CLOSE_INTERRUPT_WAIT_S) -> None:
+def close_ending_the_call_under_way(penv: Any, wait_s: float = CLOSE_INTERRUPT_WAIT_S) -> None:
     """``penv.close()``: at once where no other thread has a call under way; else end that call first.
 
     The backend's optional ``interrupt()`` stops the workers or actors the
     call waits on, touching nothing else; the waiting thread sees their
-    deaths, survives none (``calls().interrupted``), raises ClosedError and
+    deaths, survives none (``penv._calls.interrupted``), raises ClosedError and
     closes ``penv`` on its way out. This returns once it has, or after
     ``wait_s`` (a call running an env in the caller's thread cannot be stopped).
     """
     lock = penv._lock
     if not lock.acquire(blocking=False):
-        penv._interrupted = True
-        calls().interrupted = True
+        penv._calls.interrupted = True  # another thread holds the lock: the ParallelEnv is built
         interrupt = getattr(penv.backend, "interrupt", None)  # a backend of the caller's thread has none
         if interrupt is not None:
             interrupt()
