@@ -227,6 +227,41 @@ def test_an_answer_written_before_its_worker_is_killed_answers_its_step_once(no_
         assert len(penv.failures) == 1 and penv.failures[0].env_ids == (2, 3)
 
 
+@needs_ray
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("killed", ["before its answer", "after its answer"])
+@pytest.mark.parametrize("backend", ["ray", "ray-subproc"], indirect=True)
+def test_answers_read_with_an_actors_death_answer_their_step_once(make_penv, backend, killed):
+    """Env 3's actor dies before its answer (one collect then reads the others' answers and the
+    death together) or just after it (the answer is ready, the death seen a step later): each
+    env's step is answered once, then every later step in turn."""
+    penv = make_penv([functools.partial(StallingEnv, tag=i) for i in range(4)], asynchronous="restart",
+                     on_worker_failure="restart")
+    penv.reset(seed=0)
+    host = host_of(penv.backend, 3)[0]
+    if killed == "before its answer":
+        penv.set_env_attr("stall", True, id=[3])
+    penv.send([1] * 4)
+    import ray
+
+    doomed = {ref for ref, pending in penv.backend._pending.items() if 3 in pending.actor.env_ids}
+    awaited = [ref for ref in penv.backend._pending if (ref in doomed) == (killed == "after its answer")]
+    ready, _ = ray.wait(awaited, num_returns=len(awaited), timeout=30)
+    assert len(ready) == len(awaited), "the actors never answered"
+    os.kill(host, signal.SIGKILL)
+    counts = [0] * 4
+    for action in range(2, 7):
+        obs, _, _, truncated, info = penv.recv()
+        order = np.argsort(info["env_id"])
+        assert info["env_id"][order].tolist() == [0, 1, 2, 3]
+        counts = answered_once(counts, obs[order], truncated[order],
+                               {key: value[order] for key, value in info.items()}, (action - 1) % 5)
+        penv.send([action % 5] * 4)
+    penv.recv()
+    assert penv.get_env_attr("count") == [count + 1 for count in counts]
+    assert len(penv.failures) == 1 and 3 in penv.failures[0].env_ids
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("backend", WORKER_BACKENDS, indirect=True)
 def test_a_worker_killed_at_any_moment_of_a_step_answers_each_step_once(make_penv, backend):
