@@ -1,0 +1,84 @@
+"""How the soak runs each CPU backend: its options, the faults it can survive, how often, and its recycling.
+
+``tensor`` is not soaked: it runs one batched torch env in the caller, with
+no worker to die, hang, leak or recycle, and refuses healing altogether.
+``dummy`` runs its envs in the caller too, so it has no worker to replace:
+it refuses ``on_worker_failure="restart"`` and ``recycle=``, and is soaked
+with env-raised faults only, each env rebuilt in place.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from parallelenv import Recycling
+from soak.env import FaultyEnv
+from soak.faults import ENV_RAISED, FAULTS
+
+NUM_ENVS = 8
+LEAKY_ENV = 0  # the one env that leaks: its worker is recycled, every other worker stays flat
+CALL_TIMEOUT_S = 3.0  # what a hang costs: long enough that a step on a loaded 2-core machine is no hang
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One backend's soak.
+
+    Attributes:
+        para_mode: the backend.
+        options: its ParallelEnv options (groups of envs per worker).
+        faults: the kinds of :data:`soak.faults.FAULTS` injected.
+        fault_every: steps between faults, on average.
+        leak_kb: what the leaky env keeps per step.
+        recycle_steps: ``Recycling(steps=)``, for backends whose workers' memory the parent cannot read.
+        recycle_headroom_mb: ``Recycling(memory_mb=)`` this far above a fresh worker's RSS.
+    """
+
+    para_mode: str
+    options: dict[str, Any] = field(default_factory=dict)
+    faults: tuple[str, ...] = tuple(FAULTS)
+    fault_every: int = 1000
+    leak_kb: float = 0.0
+    recycle_steps: int | None = None
+    recycle_headroom_mb: float | None = None
+
+    @property
+    def needs_ray(self) -> bool:
+        return self.para_mode.startswith("ray")
+
+    @property
+    def has_workers(self) -> bool:
+        return self.para_mode != "dummy"
+
+    def factories(self) -> list[Callable[[], FaultyEnv]]:
+        return [functools.partial(FaultyEnv, tag=i, leak_kb=self.leak_kb if i == LEAKY_ENV else 0.0)
+                for i in range(NUM_ENVS)]
+
+    def recycling(self, fresh_worker_mb: float | None) -> Recycling | None:
+        """The recycling rule, given a fresh worker's RSS (for the memory limit)."""
+        if self.recycle_headroom_mb is not None and fresh_worker_mb is not None:
+            return Recycling(memory_mb=fresh_worker_mb + self.recycle_headroom_mb)
+        if self.recycle_steps is not None:
+            return Recycling(steps=self.recycle_steps)
+        return None
+
+    def healing(self) -> dict[str, Any]:
+        """The ParallelEnv options that make it survive every fault of :attr:`faults`."""
+        worker_failure = "restart" if self.has_workers else "raise"
+        return {"asynchronous": "restart", "on_env_error": "restart", "on_worker_failure": worker_failure,
+                "call_timeout": CALL_TIMEOUT_S, "max_restarts": 10**9}
+
+
+# Rates on a 2-core machine: dummy ~13,000 steps/s, subproc ~1,000, ray ~90, ray-subproc ~250. A fault
+# every few seconds and a recycle every ten to thirty: restarts are what a soak is about, without
+# spending most of its time starting Ray actors.
+PROFILES: dict[str, Profile] = {
+    "dummy": Profile("dummy", faults=ENV_RAISED, fault_every=20_000),
+    "subproc": Profile("subproc", {"num_workers": 4}, fault_every=3_000, leak_kb=8, recycle_headroom_mb=48),
+    "ray": Profile("ray", fault_every=400, leak_kb=8, recycle_steps=2_000),
+    "ray-subproc": Profile("ray-subproc", {"num_actors": 2, "num_workers_per_actor": 2}, fault_every=1_000,
+                           leak_kb=8, recycle_steps=5_000),
+}
