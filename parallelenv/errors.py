@@ -20,6 +20,28 @@ class ParallelEnvError(Exception):
     """Base class of every error raised by parallelenv itself."""
 
 
+class SharedEnvError(ParallelEnvError, ValueError):
+    """One env instance was given as two entries of ``envs`` (also under other wrappers).
+
+    A check of parallelenv's own, made where the caller gave the envs: no env
+    raised it. It is a ``ValueError``, as SB3's ``DummyVecEnv`` refuses the same.
+    """
+
+
+class ParallelEnvWarning(UserWarning):
+    """Base class of every warning parallelenv gives itself (not those raised inside envs)."""
+
+
+class AllEnvsFinishedWarning(ParallelEnvWarning):
+    """A step under ``asynchronous=None`` found every env finished: it returns None results only.
+
+    Given once each time the envs are stepped past the end of their episodes:
+    a ``reset()`` that starts them again arms it again. Silence it with
+    ``warnings.filterwarnings("ignore", category=parallelenv.errors.AllEnvsFinishedWarning)``
+    where stepping past the end is meant.
+    """
+
+
 class RemoteTraceback(Exception):
     """Carries the traceback text of an exception raised in another process.
 

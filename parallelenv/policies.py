@@ -13,9 +13,14 @@ without synchronising with the host.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
+import numpy as np
 from gymnasium.vector import AutoresetMode
+
+from parallelenv.errors import AllEnvsFinishedWarning
+from parallelenv.user_call import warn_at_user_call
 
 
 class Policy:
@@ -90,16 +95,70 @@ class Idle(Policy):
 
 
 class AllFinish(Policy):
-    """When any env finishes, every env is finished until reset (``asynchronous=None``)."""
+    """When any env finishes, every env is finished until reset (``asynchronous=None``).
+
+    The first step that then finds every env finished gives an
+    :class:`~parallelenv.errors.AllEnvsFinishedWarning` naming the envs that
+    ended the episode and the policies that keep the others running: it
+    returns None results only, which a loop not written for this policy reads
+    as zero rewards and endless terminations. Once per ending: after a
+    ``reset()`` the next ending that a step runs past warns again. A loop that
+    resets when an env finishes never sees it. Masks on an accelerator are not
+    read for it, since that would make each step wait for the device.
+    """
 
     name = None
     tracks_finished = True
     ends_all = True
     _autoreset_mode = None
 
+    def __init__(self) -> None:
+        # Per ParallelEnv, by its finished mask (which lives exactly as long as its call tracker):
+        # the envs that ended the last episode, and whether a step past that end has warned.
+        self._endings: dict[int, list[Any]] = {}
+
+    def live(self, finished: Any, ids: Any) -> Any:
+        ending = self._endings.get(id(finished)) if self._endings else None
+        if ending is not None and not ending[1] and finished.all():
+            ending[1] = True
+            warn_at_user_call(_stepped_past_the_end(ending[0]), AllEnvsFinishedWarning)
+        return ~finished[ids]
+
     def after_step(self, finished: Any, ids: Any, done: Any) -> None:
+        if _on_host(finished) and done.any() and not finished.all():
+            self._ended(finished, _env_indices(finished, ids, done))
         # `|= done.any()` rather than `if done.any()`: no host sync for tensors.
         finished |= done.any()
+
+    def _ended(self, finished: Any, ended_by: list[int]) -> None:
+        key = id(finished)
+        if key not in self._endings:
+            weakref.finalize(finished, self._endings.pop, key, None)
+        self._endings[key] = [ended_by, False]
+
+
+def _on_host(mask: Any) -> bool:
+    """Whether reading ``mask`` costs no wait for a device (NumPy, or a torch tensor on the CPU)."""
+    return str(getattr(mask, "device", "cpu")) == "cpu"
+
+
+def _env_indices(finished: Any, ids: Any, done: Any) -> list[int]:
+    """The indices of the envs of ``ids`` (rows of ``finished``) where ``done`` is set."""
+    mask = finished & False
+    mask[ids] = done
+    positions = mask.nonzero()[0] if isinstance(mask, np.ndarray) else mask.nonzero()[:, 0]
+    return [int(i) for i in positions.tolist()]
+
+
+def _stepped_past_the_end(ended_by: list[int]) -> str:
+    envs = f"env {ended_by[0]}" if len(ended_by) == 1 else f"envs {ended_by}"
+    return (
+        f"every env is finished: {envs} finished in an earlier step, and under asynchronous=None one env "
+        "finishing finishes all of them. This step and every later one return None results (zero obs and "
+        "reward, terminated=True, info['idle']) without stepping any env, until reset(). To keep the other "
+        "envs running, pass asynchronous='restart' (a finished env starts its next episode in the same step) "
+        "or 'idle' (only the finished envs stop)"
+    )
 
 
 POLICIES: dict[str | None, Policy] = {
