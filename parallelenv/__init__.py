@@ -21,6 +21,7 @@ from parallelenv.errors import (
 )
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.policies import POLICIES
+from parallelenv.pool import RolloutPool as RolloutPool  # the pool of rollout workers (parallelenv.pool)
 from parallelenv.recycling import Recycling
 
 __all__ = [

@@ -1,0 +1,417 @@
+"""RolloutPool: many VecWorkers, each in a process or a Ray actor with its own envs and policy copy.
+
+The caller's side holds one table: per worker, the requests sent and not
+yet answered, oldest first (each worker answers in order), and the batches
+that arrived and no call has handed out yet. Everything else follows from
+three events: a reply, a death, and a call that wants more.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from parallelenv.at_exit import close_at_exit
+from parallelenv.backends import resolve_backend
+from parallelenv.backends.env_sources import env_list, pickle_sources
+from parallelenv.backends.partition import Groups
+from parallelenv.errors import ClosedError
+from parallelenv.healing import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW_S, WORKER_DIED, WORKER_HUNG, Healing
+from parallelenv.pool.errors import PoolWorkerError
+from parallelenv.pool.messages import (
+    Applied,
+    Chunk,
+    Collect,
+    CollectEpisodes,
+    Died,
+    Failed,
+    Reply,
+    Request,
+    Sent,
+    SetWeights,
+    Start,
+    Started,
+    UpdateEnvs,
+    WorkerSpec,
+    describe,
+)
+from parallelenv.pool.samples import Collected, LostWork, Samples
+from parallelenv.pool.weights import check_update, pickle_policy, state_arrays
+from parallelenv.trajectories import Transitions
+
+MODES = ("sync", "first", "async")
+BACKENDS = ("processes", "ray")
+POLL_S = 0.5  # how often a wait looks at the clock (call_timeout, start_timeout)
+
+
+@dataclass
+class _Slot:
+    """One worker's place in the pool: whoever fills it now, and what it was asked."""
+
+    index: int
+    env_ids: tuple[int, ...]
+    handle: Any
+    sent: deque[Sent] = field(default_factory=deque)
+    version: int = 0  # the policy version it last said it acts with
+    restarts: int = 0
+    started: bool = False
+
+
+class RolloutPool:
+    """Workers that each run a :class:`~parallelenv.rollout.VecWorker`, with garage's sampler calls.
+
+    Args:
+        envs: the envs of every worker: gym.Envs or (better) zero-argument factories,
+            split into ``num_workers`` contiguous groups of near-equal size.
+        policy: observations -> actions, e.g. a ``torch.nn.Module``; each worker gets a pickled copy.
+        num_workers: how many workers.
+        backend: ``"processes"`` (this machine) or ``"ray"`` (actors spread over the cluster's nodes).
+        para_mode: the ParallelEnv backend inside each worker (``"dummy"``: one after another).
+        mode: ``"sync"``: every worker collects its share and a call waits for all of them, exactly
+            as the same VecWorkers run one by one; ``"first"``: workers collect chunks of
+            ``chunk_steps`` steps, and a call returns once it has its steps, from whichever workers
+            delivered them (a chunk still under way is handed out by the next call); ``"async"``:
+            as ``"first"``, and workers go on collecting up to ``prefetch`` chunks ahead, with the
+            weights they have, while the caller trains.
+        chunk_steps: steps of every env of a worker per chunk (``"first"`` and ``"async"``).
+        prefetch: chunks each worker has under way in ``"async"`` mode.
+        seed: worker ``w``'s env ``i`` is seeded from ``(seed, w, i)``, as ``VecWorker(worker_number=w)``
+            does; a replacement worker's from ``(seed, w, i, its restart count)``.
+        max_episode_length, output: as for VecWorker.
+        penv_options: keyword arguments of each worker's ParallelEnv (default ``asynchronous="restart"``).
+        max_restarts, restart_window: the budget of replacements of dead workers (see ``failures``).
+        call_timeout: seconds a worker may take on one request before it counts as hung, is killed and
+            replaced (None: no limit; deaths are seen at once either way).
+        start_timeout: seconds for the workers to build their envs.
+        start_method: for ``"processes"``: ``"forkserver"`` (default), ``"spawn"`` or ``"fork"``.
+        actor_options: for ``"ray"``: ``.options()`` of every actor (default ``num_cpus=1``, spread).
+    """
+
+    def __init__(
+        self,
+        envs: Sequence[Any],
+        policy: Callable[[Any], Any],
+        *,
+        num_workers: int = 2,
+        backend: str = "processes",
+        para_mode: str = "dummy",
+        mode: str = "sync",
+        chunk_steps: int = 16,
+        prefetch: int = 2,
+        seed: int | None = None,
+        max_episode_length: int | None = None,
+        output: str = "numpy",
+        penv_options: dict[str, Any] | None = None,
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
+        restart_window: float = DEFAULT_RESTART_WINDOW_S,
+        call_timeout: float | None = None,
+        start_timeout: float = 120.0,
+        start_method: str | None = None,
+        actor_options: dict[str, Any] | None = None,
+    ) -> None:
+        self._closed = True  # until the workers exist, close() has nothing to do
+        sources = env_list(envs)
+        _check_choice("backend", backend, BACKENDS)
+        _check_choice("mode", mode, MODES)
+        for name, value in (("chunk_steps", chunk_steps), ("prefetch", prefetch), ("start_timeout", start_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"{name}={value!r}; use a positive number")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= len(sources):
+            raise ValueError(f"num_workers={num_workers!r}; use an int from 1 to the number of envs ({len(sources)})")
+        if not callable(policy):
+            raise TypeError(f"policy must be callable (observations -> actions), not {type(policy).__name__}")
+        if call_timeout is not None and not call_timeout > 0:
+            raise ValueError(f"call_timeout={call_timeout!r}; use a number of seconds > 0, or None")
+        resolve_backend(para_mode)  # an unknown name is refused here, with the valid ones
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ValueError(f"seed={seed!r}; use a non-negative int or None")
+        self.num_workers, self.num_envs, self.mode = num_workers, len(sources), mode
+        self.backend, self.seed = backend, seed
+        self.chunk_steps, self.prefetch, self.call_timeout = int(chunk_steps), int(prefetch), call_timeout
+        self._healing = Healing("restart", "raise", max_restarts, restart_window)
+        groups = Groups(self.num_envs, num_workers).members
+        self._workers_text = f"workers 0-{num_workers - 1}" if num_workers > 1 else "worker 0"
+        payloads = pickle_sources(sources)
+        self._template = policy
+        self._policy_payload = pickle_policy(policy, self._workers_text)
+        self._policy_version = self.version = 0
+        self._weights: tuple[SetWeights, Any] | None = None  # the last update after the policy's, for replacements
+        self._ready: list[tuple[int, Collected]] = []  # (call, batch) arrived and not yet handed out
+        self._lost: list[LostWork] = []
+        self._calls = 0
+        self._fleet = _fleet(backend, start_method, actor_options)
+        self._spec = WorkerSpec(
+            worker=0, env_ids=(), env_payloads=(), policy_payload=b"", policy_version=0, para_mode=para_mode,
+            penv_options={"asynchronous": "restart", **(penv_options or {})},
+            worker_options={"max_episode_length": max_episode_length, "output": output}, seed=seed,
+            shared_weights=self._fleet.share_weights(state_arrays(policy)),
+        )
+        self._payloads = [tuple(payloads[i] for i in ids) for ids in groups]
+        self._slots: list[_Slot] = []
+        self._closed = False
+        close_at_exit(self)
+        try:
+            for index, ids in enumerate(groups):
+                self._slots.append(_Slot(index, tuple(ids), None))
+                self._start(self._slots[-1])
+            deadline = time.monotonic() + start_timeout
+            self._pump(lambda: all(slot.started for slot in self._slots), deadline, "build their envs")
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ garage's sampler
+
+    def obtain_samples(self, itr: int, num_samples: int, agent_update: Any = None,
+                       env_update: Any = None) -> Samples:
+        """At least ``num_samples`` transitions (env-steps), after applying the updates.
+
+        Args:
+            itr: the training iteration (garage's argument; not used).
+            num_samples: env-steps wanted. In ``"sync"`` mode every worker steps each of
+                its envs ``ceil(num_samples / num_envs)`` times; otherwise chunks arrive
+                until there are enough.
+            agent_update: None, or what :meth:`update_agent` takes.
+            env_update: None, or what :meth:`update_env` takes.
+        """
+        _check_count("num_samples", num_samples)
+        self._update(agent_update, env_update)
+        if self.mode == "sync":
+            call = self._ask_every_worker(Collect(math.ceil(num_samples / self.num_envs)))
+            return self._samples(self._take(call))
+        target = self.prefetch if self.mode == "async" else 1
+        while sum(part.env_steps for _, part in self._ready if isinstance(part.data, Transitions)) < num_samples:
+            self._keep_busy(target)
+            self._pump_once(None)
+        if self.mode == "async":
+            self._keep_busy(target)
+        return self._samples(self._take(None))
+
+    def obtain_exact_episodes(self, n_eps_per_worker: int, agent_update: Any = None,
+                              env_update: Any = None) -> Samples:
+        """Exactly ``n_eps_per_worker`` whole episodes from every worker, each from fresh episodes,
+        by worker (the first to complete in each)."""
+        _check_count("n_eps_per_worker", n_eps_per_worker)
+        self._update(agent_update, env_update)
+        return self._samples(self._take(self._ask_every_worker(CollectEpisodes(n_eps_per_worker))))
+
+    def update_agent(self, agent_update: Any, wait: bool = False) -> int:
+        """Send new weights (or a new policy) to every worker, once; returns the new policy version.
+
+        Args:
+            agent_update: a state dict (a policy with ``load_state_dict``), parameters (a policy
+                with ``set_param_values``), or a new policy (a callable). Checked against the
+                pool's policy before anything is sent.
+            wait: return only when every worker has loaded it.
+        """
+        self._check_open()
+        update = check_update(self._template, agent_update, self._workers_text)
+        self.version += 1
+        if update.kind == "policy":
+            self._template, self._policy_payload, self._policy_version = agent_update, update.value, self.version
+        request, payload = self._fleet.publish(self.version, update)
+        self._weights = None if update.kind == "policy" else (request, payload)
+        for slot in self._slots:
+            self._send(slot, request, payload)
+        if wait:
+            version = self.version
+            self._pump(lambda: all(slot.version >= version for slot in self._slots), None, "load the weights")
+        return self.version
+
+    def update_env(self, env_update: Any) -> None:
+        """Update envs, as ``VecWorker.update_env`` does: one ``{env index in the worker: update}``
+        mapping for every worker, or a list of one mapping (or None) per worker."""
+        self._check_open()
+        updates = [env_update] * self.num_workers if isinstance(env_update, Mapping) else env_update
+        if not isinstance(updates, Sequence) or len(updates) != self.num_workers:
+            raise ValueError(f"env_update must be a mapping or a list of {self.num_workers} (one per worker)")
+        for slot, update in zip(self._slots, updates, strict=True):
+            if update is not None:
+                self._send(slot, UpdateEnvs(update))
+
+    @property
+    def failures(self) -> list[Any]:
+        """Every worker death survived (:class:`~parallelenv.healing.SurvivedFailure`), oldest first."""
+        return self._healing.failures
+
+    def pids(self) -> list[int]:
+        """The process of each worker (for Ray: of each actor, on its node)."""
+        return [slot.handle.pid for slot in self._slots if slot.handle is not None]
+
+    def nodes(self) -> list[str]:
+        """The Ray node of each worker ("" for processes)."""
+        return [getattr(slot.handle, "node", "") for slot in self._slots]
+
+    # ------------------------------------------------------------------ life
+
+    def __enter__(self) -> RolloutPool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End every worker (their envs closed first); safe to call again."""
+        if self._closed:
+            return
+        self._closed = True
+        self._fleet.close()
+        self._ready.clear()
+
+    def _close_at_exit(self) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.close()
+
+    # ------------------------------------------------------------------ requests and replies
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("this RolloutPool is closed")
+
+    def _update(self, agent_update: Any, env_update: Any) -> None:
+        self._check_open()
+        if agent_update is not None:
+            self.update_agent(agent_update)
+        if env_update is not None:
+            self.update_env(env_update)
+
+    def _start(self, slot: _Slot) -> None:
+        spec = replace(self._spec, worker=slot.index, env_ids=slot.env_ids, env_payloads=self._payloads[slot.index],
+                       policy_payload=self._policy_payload, policy_version=self._policy_version,
+                       seed=self._seeds(slot))
+        slot.handle, slot.started, slot.version = self._fleet.start(spec), False, self._policy_version
+        self._send(slot, Start())
+        if self._weights is not None:  # a replacement loads the weights sent since the policy
+            self._send(slot, *self._weights)
+
+    def _seeds(self, slot: _Slot) -> Any:
+        if slot.restarts == 0 or self.seed is None:
+            return self.seed
+        return [int(np.random.SeedSequence(self.seed, spawn_key=(slot.index, i, slot.restarts))
+                    .generate_state(1, np.uint64)[0]) for i in range(len(slot.env_ids))]
+
+    def _send(self, slot: _Slot, request: Request, payload: Any = None, call: int = -1) -> None:
+        self._fleet.send(slot.handle, request, payload)
+        slot.sent.append(Sent(request, self.version, call=call))
+
+    def _ask_every_worker(self, request: Request) -> int:
+        self._calls += 1
+        for slot in self._slots:
+            self._send(slot, request, call=self._calls)
+        call = self._calls
+        self._pump(lambda: sum(1 for c, _ in self._ready if c == call) == self.num_workers, None, describe(request))
+        return call
+
+    def _keep_busy(self, target: int) -> None:
+        for slot in self._slots:
+            while sum(isinstance(s.request, Collect) for s in slot.sent) < target:
+                self._send(slot, Collect(self.chunk_steps))
+
+    def _take(self, call: int | None) -> list[Collected]:
+        """The arrived batches of ``call`` (None: every arrived batch of transitions), by arrival."""
+        def wanted(c: int, part: Collected) -> bool:
+            return c == call if call is not None else isinstance(part.data, Transitions)
+
+        parts = [part for c, part in self._ready if wanted(c, part)]
+        self._ready = [(c, part) for c, part in self._ready if not wanted(c, part)]
+        return sorted(parts, key=lambda part: part.worker) if call is not None else parts
+
+    def _samples(self, parts: list[Collected]) -> Samples:
+        lost, self._lost = self._lost, []
+        return Samples(tuple(parts), tuple(lost))
+
+    def _pump(self, done: Callable[[], bool], deadline: float | None, what: str) -> None:
+        while not done():
+            if deadline is not None and time.monotonic() > deadline:
+                stuck = [slot.index for slot in self._slots if slot.sent]
+                self.close()
+                raise PoolWorkerError(stuck[0] if stuck else 0, self._slots[stuck[0] if stuck else 0].env_ids,
+                                      what, "TimeoutError", f"workers {stuck} did not {what} in time")
+            self._pump_once(deadline)
+
+    def _pump_once(self, deadline: float | None) -> None:
+        by_handle = {id(slot.handle): slot for slot in self._slots}
+        timeout = POLL_S if deadline is not None or self.call_timeout is not None else None
+        for handle, reply in self._fleet.wait([slot.handle for slot in self._slots], timeout):
+            slot = by_handle.get(id(handle))
+            if slot is not None and slot.handle is handle:  # not a worker replaced in this same wait
+                self._on_reply(slot, reply)
+        if self.call_timeout is not None:
+            now = time.monotonic()
+            for slot in self._slots:
+                if slot.sent and slot.started and now - slot.sent[0].when > self.call_timeout:
+                    self._replace(slot, f"it did not answer within call_timeout={self.call_timeout:g} s",
+                                  WORKER_HUNG)
+
+    def _on_reply(self, slot: _Slot, reply: Reply) -> None:
+        if isinstance(reply, Died):
+            self._replace(slot, reply.reason, WORKER_DIED)
+            return
+        sent = slot.sent.popleft()
+        if slot.sent:
+            slot.sent[0].when = time.monotonic()  # its clock starts when the worker can begin it
+        if isinstance(reply, Failed):
+            self.close()
+            raise PoolWorkerError(slot.index, slot.env_ids, reply.what, reply.exc_type, reply.message,
+                                  reply.traceback)
+        if isinstance(reply, Started):
+            slot.started = True
+            slot.handle.pid, slot.handle.node = reply.pid, reply.node
+        elif isinstance(reply, Applied):
+            slot.version = reply.version
+        elif isinstance(reply, Chunk):
+            slot.version = reply.policy_version
+            self._ready.append((sent.call, Collected(slot.index, reply.policy_version, slot.env_ids, reply.data)))
+
+    def _replace(self, slot: _Slot, reason: str, kind: str) -> None:
+        """A new worker in the dead one's place, with fresh seeds and the current weights; what the
+        dead one was collecting is logged as lost and asked of the new one."""
+        what = f"worker {slot.index}: {reason}"
+        lost = [s for s in slot.sent if isinstance(s.request, (Collect, CollectEpisodes))]
+        if not slot.started or not self._healing.admit(slot.env_ids, kind, what):
+            self.close()
+            if not slot.started:
+                raise PoolWorkerError(slot.index, slot.env_ids, "building its envs and policy", "WorkerDied", reason)
+            raise self._healing.over_budget(list(slot.env_ids), what)
+        self._lost.extend(LostWork(slot.index, slot.env_ids, s.policy_version, describe(s.request), reason)
+                          for s in lost)
+        self._fleet.kill(slot.handle)
+        slot.restarts += 1
+        slot.sent = deque()
+        self._start(slot)
+        for s in lost:
+            self._send(slot, s.request, call=s.call)
+
+
+def _fleet(backend: str, start_method: str | None, actor_options: dict[str, Any] | None) -> Any:
+    if backend == "ray":
+        from parallelenv.pool.actors import ActorFleet  # Ray only where it is asked for
+
+        if start_method is not None:
+            raise ValueError("start_method is for backend='processes'; Ray starts its actors itself")
+        return ActorFleet(actor_options)
+    from parallelenv.pool.processes import ProcessFleet
+
+    if actor_options is not None:
+        raise ValueError("actor_options is for backend='ray'")
+    return ProcessFleet(start_method)
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r}; use one of {', '.join(map(repr, choices))}")
+
+
+def _check_count(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r}; use a positive int")
+
