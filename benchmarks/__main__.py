@@ -12,24 +12,33 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import signal
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from benchmarks import report
-from benchmarks.child import REPO_ROOT, Pair, measure_once
-from benchmarks.machine import describe, load_average, machine_line
+from benchmarks.child import REPO_ROOT, Pair, measure_once, not_measured, unavailable
+from benchmarks.machine import Wait, describe, load_average, machine_line, wait_for_quiet
 from benchmarks.measure import Measurement
 from benchmarks.revision import Revision, RevisionError, checkout
 from benchmarks.workloads import GROUPS, WORKLOADS
 from benchmarks.wrappers import WRAPPERS, default_wrappers
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+# make bench-quick's promise is two minutes, busy machine or not: the runs get
+# this much, the table and chart the rest. Nor does it wait for an idle CPU: on
+# a machine kept busy by others every run would wait its whole patience.
+QUICK_BUDGET_S = 90.0
+WAIT_IDLE_S = 20.0
+IDLE_PERCENT = 10.0
+MIN_RUN_S = 5.0  # a run needs about this long (start, imports, warm-up): not started with less budget left
 # Ours answer to their name without the prefix too: --wrappers subproc dummy.
 ALIASES = {name.removeprefix("parallelenv-"): name for name, spec in WRAPPERS.items()
            if spec.ours and name.startswith("parallelenv-")}
@@ -58,12 +67,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="folder for the .md, .json and .png (default: benchmarks/results)")
     parser.add_argument("--timeout", type=float,
                         help="seconds before one measuring process (one repeat) is killed (default 600; quick 60)")
+    parser.add_argument("--budget", type=float, metavar="SECONDS",
+                        help="start no run after this many seconds; the table holds what finished "
+                             f"(default: none; quick {QUICK_BUDGET_S:g})")
+    parser.add_argument("--wait-idle", type=float, metavar="SECONDS",
+                        help=f"before each run, wait up to this long for the CPU to be under {IDLE_PERCENT:g}%% "
+                             f"busy, saying so (default {WAIT_IDLE_S:g}; quick 0: no wait)")
     parser.add_argument("--list", action="store_true",
                         help="list workloads and wrappers, then exit")
     args = parser.parse_args(argv)
+    given_workloads = args.workloads
     if args.workloads:  # a group name (tensor-cartpole) stands for every size of it
         args.workloads = [n for item in args.workloads for n in GROUPS.get(item, [item])]
     args.workloads = _names(parser, args.workloads, WORKLOADS, "workload")
+    if args.quick and given_workloads is None:
+        args.workloads = [name for name in args.workloads if WORKLOADS[name].quick]
     args.wrappers = _names(parser, args.wrappers, WRAPPERS, "wrapper", ALIASES) if args.wrappers else None
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
@@ -71,6 +89,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--repeats must be at least 1")
     if args.timeout is None:
         args.timeout = 60.0 if args.quick else 600.0
+    if args.budget is None and args.quick:
+        args.budget = QUICK_BUDGET_S
+    if args.wait_idle is None:
+        args.wait_idle = 0.0 if args.quick else WAIT_IDLE_S
     return args
 
 
@@ -104,27 +126,115 @@ def plan(args: argparse.Namespace) -> list[tuple[int, Pair]]:
     Each round measures every pair of a workload once (A A' B B', then A A'
     B B' again, ...) rather than all of A's repeats back to back: the host's
     drift over minutes then hits every wrapper of the workload alike, and the
-    ratios between them stay fair.
+    ratios between them stay fair. A workload and its twin (infos8 and
+    noinfos8) share their rounds, for the same reason.
     """
     rows = pairs(args)
-    return [(round_index, pair) for workload in args.workloads for round_index in range(args.repeats)
-            for pair in rows if pair.workload == workload]
+    return [(round_index, pair) for block in _blocks(args.workloads) for round_index in range(args.repeats)
+            for workload in block for pair in rows if pair.workload == workload]
+
+
+def _blocks(workloads: list[str]) -> list[list[str]]:
+    """The workloads measured round by round together: each alone, or with its twin where both are chosen."""
+    partner = {w.name: w.twin for w in WORKLOADS.values() if w.twin}
+    partner.update({twin: name for name, twin in list(partner.items())})
+    blocks: list[list[str]] = []
+    placed: set[str] = set()
+    for name in workloads:
+        if name not in placed:
+            twin = partner.get(name)
+            blocks.append([name, twin] if twin in workloads and twin not in placed else [name])
+            placed.update(blocks[-1])
+    return blocks
+
+
+@dataclass
+class RunLog:
+    """What happened to the plan as a whole: waits for an idle CPU, and why it stopped early, if it did."""
+
+    planned: int
+    patience_s: float
+    runs: int = 0
+    waits: list[Wait] = field(default_factory=list)
+    stopped: str | None = None
+
+    @property
+    def has_waited(self) -> bool:
+        return any(wait.waited_s > 0 for wait in self.waits)
+
+    def summary(self) -> str:
+        """One line: the waits for an idle CPU, and how far the plan got."""
+        idle = self.to_dict()["idle_wait"]
+        if self.patience_s <= 0:
+            waits = "no wait for an idle CPU"
+        else:
+            waits = (f"waited {idle['waited_s']:.0f} s for an idle CPU before {idle['runs_waited']} of "
+                     f"{len(self.waits)} runs, {idle['gave_up']} times in vain after {self.patience_s:g} s")
+        stopped = f"; stopped early ({self.stopped}) after {self.runs} of {self.planned} runs" if self.stopped else ""
+        return waits + stopped
+
+    def to_dict(self) -> dict[str, Any]:
+        waited = [wait for wait in self.waits if wait.waited_s > 0]
+        return {"planned": self.planned, "runs": self.runs, "stopped": self.stopped,
+                "idle_wait": {"patience_s": self.patience_s, "runs_waited": len(waited),
+                              "waited_s": round(sum(wait.waited_s for wait in waited), 1),
+                              "gave_up": sum(not wait.idle for wait in waited)}}
 
 
 def measure_plan(order: list[tuple[int, Pair]], args: argparse.Namespace, log_dir: Path,
-                 revision: Revision | None) -> list[Measurement]:
-    """Run ``order``; one Measurement per pair, its repeats merged. A skip or failure is not retried."""
+                 revision: Revision | None) -> tuple[list[Measurement], RunLog]:
+    """Run ``order``; one Measurement per pair, its repeats merged. A skip or failure is not retried.
+
+    Ctrl-C (or SIGTERM) and a spent ``--budget`` stop it early; the pairs it
+    did not reach are rows that say so, and the rest keep what finished.
+    """
     runs: dict[Pair, list[Measurement]] = {pair: [] for _, pair in order}
+    log = RunLog(len(order), args.wait_idle)
+    deadline = time.monotonic() + (math.inf if args.budget is None else args.budget)
     progress = tqdm(order, unit="run", file=sys.stderr, dynamic_ncols=True)
-    for round_index, pair in progress:
-        done = runs[pair]
-        if done and (done[-1].skipped or done[-1].error):
-            continue
-        progress.set_description(f"{pair.workload} {pair.label} {round_index + 1}/{args.repeats}")
-        source = revision.root if revision is not None and pair.revision else None
-        done.append(measure_once(pair, log_dir, args.timeout, round_index, parallelenv_from=source))
-    progress.close()
-    return [Measurement.merge(done) for done in runs.values()]
+    try:
+        for round_index, pair in progress:
+            done = runs[pair]
+            if done and (done[-1].skipped or done[-1].error):
+                continue
+            if (missing := unavailable(pair)) is not None:
+                done.append(not_measured(pair, skipped=missing))
+                continue
+            if deadline - time.monotonic() < MIN_RUN_S:
+                log.stopped = f"its --budget of {args.budget:g} s was spent"
+                break
+            progress.set_description(f"{pair.workload} {pair.label} {round_index + 1}/{args.repeats}")
+            if args.wait_idle > 0:
+                log.waits.append(_wait_for_idle_cpu(progress, args.wait_idle, first=not log.has_waited))
+            source = revision.root if revision is not None and pair.revision else None
+            timeout = min(args.timeout, deadline - time.monotonic())
+            done.append(measure_once(pair, log_dir, timeout, round_index, parallelenv_from=source))
+            log.runs += 1
+    except KeyboardInterrupt:  # the running child's group is gone already (measure_once's finally)
+        log.stopped = "interrupted"
+    finally:
+        progress.close()
+    return [Measurement.merge(done) if done else not_measured(pair, skipped=f"not run: {log.stopped}")
+            for pair, done in runs.items()], log
+
+
+def _wait_for_idle_cpu(progress: tqdm, patience_s: float, first: bool) -> Wait:
+    """``wait_for_quiet``, shown on the progress bar while it waits, and explained the first time."""
+    explained = not first
+
+    def show(busy: float, waited: float) -> None:
+        nonlocal explained
+        if not explained:
+            progress.write(f"waiting up to {patience_s:g} s before each run for the CPU to be under "
+                           f"{IDLE_PERCENT:g}% busy (a measurement beside other work is skewed); "
+                           "--wait-idle 0 measures at once", file=sys.stderr)
+            explained = True
+        progress.set_postfix_str(f"waiting for an idle CPU: {busy:.0f}% busy, {waited:.0f}/{patience_s:g} s")
+
+    wait = wait_for_quiet(IDLE_PERCENT, patience_s, on_busy=show)
+    if wait.waited_s > 0:
+        progress.set_postfix_str("" if wait.idle else f"CPU still {wait.busy_percent:.0f}% busy: measuring anyway")
+    return wait
 
 
 @contextlib.contextmanager
@@ -170,28 +280,34 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{machine['date']}; {machine_line(machine)}", file=sys.stderr)
     log_dir = args.out / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    if args.quick:
+        print(f"--quick: {len(order)} runs, none started after {args.budget:g} s; "
+              + ("no wait for an idle CPU" if args.wait_idle <= 0 else f"up to {args.wait_idle:g} s of wait "
+                 "for an idle CPU before each"), file=sys.stderr)
     started, load_at_start = time.monotonic(), load_average()
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_sigterm_as_interrupt())
             revision = stack.enter_context(checkout(args.against, REPO_ROOT)) if args.against else None
-            measurements = measure_plan(order, args, log_dir, revision)
+            measurements, run_log = measure_plan(order, args, log_dir, revision)
     except RevisionError as exc:
         print(f"python -m benchmarks: error: --against {args.against}: {exc}", file=sys.stderr)
         return 2
+    print(run_log.summary(), file=sys.stderr)
     settings = {"mode": "quick" if args.quick else "full", "repeats": args.repeats,
                 "steps": {pair.workload: pair.steps for _, pair in order},
                 "against": {"revision": revision.name, "commit": revision.commit} if revision else None,
                 "wall_s": round(time.monotonic() - started, 1),
-                "load_average": {"start": load_at_start, "end": load_average()}}
+                "load_average": {"start": load_at_start, "end": load_average()}, "plan": run_log.to_dict()}
     _write_outputs(args.out, "quick" if args.quick else "full", [m.to_dict() for m in measurements],
                    {"machine": machine, "settings": settings})
-    return 0
+    # What finished is written either way; the exit status still tells a script that it was cut short.
+    return 130 if run_log.stopped == "interrupted" else 0
 
 
 def _write_outputs(out: Path, stem: str, measurements: list[dict[str, Any]],
                    meta: dict[str, Any]) -> None:
-    rows = report.summarize(measurements)
+    rows = report.summarize(measurements, meta["machine"]["cores"])
     table = report.markdown(rows, meta)
     print(table)
     (out / f"{stem}.md").write_text(table)

@@ -8,6 +8,7 @@ on into the next measurement.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.machine import wait_for_quiet
 from benchmarks.measure import Measurement
 from benchmarks.workloads import WORKLOADS
 from benchmarks.wrappers import WRAPPERS
@@ -42,10 +42,25 @@ class Pair:
         return self.wrapper if self.revision is None else f"{self.wrapper}@{self.revision}"
 
 
+def unavailable(pair: Pair) -> str | None:
+    """Why ``pair`` cannot run here, found without importing anything or starting a process."""
+    modules = WORKLOADS[pair.workload].requires + WRAPPERS[pair.wrapper].requires
+    missing = [module for module in modules if importlib.util.find_spec(module) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (pip install -e .[bench])"
+    return None
+
+
+def not_measured(pair: Pair, skipped: str | None = None, error: str | None = None) -> Measurement:
+    """The row of a pair that has no numbers, saying why."""
+    spec = WRAPPERS[pair.wrapper]
+    return Measurement(pair.workload, pair.label, spec.kind, spec.ours, WORKLOADS[pair.workload].num_envs,
+                       pair.steps, revision=pair.revision, skipped=skipped, error=error)
+
+
 def measure_once(pair: Pair, log_dir: Path, timeout: float, round_index: int,
                  parallelenv_from: Path | None = None) -> Measurement:
     """One repeat of ``pair`` in its own process; ``parallelenv_from`` holds REV's package."""
-    wait_for_quiet()
     log_path = log_dir / re.sub(r"[^\w.@+-]", "_", f"{pair.workload}-{pair.label}-{round_index + 1}.log")
     with tempfile.TemporaryDirectory() as tmp:
         result_path = Path(tmp) / "result.json"
@@ -55,16 +70,17 @@ def measure_once(pair: Pair, log_dir: Path, timeout: float, round_index: int,
         if parallelenv_from is not None:
             command += ["--parallelenv-from", str(parallelenv_from)]
         with log_path.open("w") as log:
-            returncode = _run_in_own_group(command, log, timeout, parallelenv_from)
-        if result_path.exists():
-            result = Measurement(**json.loads(result_path.read_text()))
-        else:
-            result = _crashed(pair, returncode, log_path, timeout)
+            # Else in a scratch folder: MuJoCo writes its MUJOCO_LOG.TXT into the working folder.
+            returncode = _run_in_own_group(command, log, timeout, parallelenv_from, parallelenv_from or Path(tmp))
+        if not result_path.exists():
+            return _crashed(pair, returncode, log_path, timeout)
+        result = Measurement(**json.loads(result_path.read_text()))
     result.wrapper, result.revision = pair.label, pair.revision
     return result
 
 
-def _run_in_own_group(command: list[str], log: Any, timeout: float, parallelenv_from: Path | None) -> int | None:
+def _run_in_own_group(command: list[str], log: Any, timeout: float, parallelenv_from: Path | None,
+                      cwd: Path) -> int | None:
     """Run ``command``; kill its whole process group at the end. None on timeout."""
     env = dict(os.environ)
     # Workers that unpickle env factories (subprocesses, Ray actors) import
@@ -76,7 +92,7 @@ def _run_in_own_group(command: list[str], log: Any, timeout: float, parallelenv_
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [*map(str, first), str(REPO_ROOT), env.get("PYTHONPATH")]))
     # Its own session, so that it and anything it leaves behind can be
     # stopped together by process group without touching anything else.
-    child = subprocess.Popen(command, cwd=parallelenv_from or REPO_ROOT, env=env, stdout=log, stderr=log,
+    child = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=log,
                              stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         returncode: int | None = child.wait(timeout=timeout)
@@ -90,11 +106,7 @@ def _run_in_own_group(command: list[str], log: Any, timeout: float, parallelenv_
 
 
 def _crashed(pair: Pair, returncode: int | None, log_path: Path, timeout: float) -> Measurement:
-    spec = WRAPPERS[pair.wrapper]
     if returncode is None:
-        error = f"timed out after {timeout:g} s"
-    else:
-        tail = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
-        error = f"process exited with code {returncode}: {tail[-1][:200] if tail else 'no output'}"
-    return Measurement(pair.workload, pair.wrapper, spec.kind, spec.ours,
-                       WORKLOADS[pair.workload].num_envs, pair.steps, error=error)
+        return not_measured(pair, error=f"timed out after {timeout:.0f} s")
+    tail = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+    return not_measured(pair, error=f"process exited with code {returncode}: {tail[-1][:200] if tail else 'no output'}")

@@ -12,6 +12,8 @@ import importlib.metadata
 import os
 import platform
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +81,31 @@ def machine_line(info: dict[str, Any]) -> str:
             f"{info['os']}, Python {info['python']}; {libs}")
 
 
-def wait_for_quiet(busy_percent: float = 10.0, patience_s: float = 20.0) -> None:
+@dataclass(frozen=True)
+class Wait:
+    """How one :func:`wait_for_quiet` went."""
+
+    waited_s: float  # 0 when the CPU was idle at once
+    busy_percent: float  # at the end
+    idle: bool  # False: it gave up after its patience, the CPU still busy
+
+
+def wait_for_quiet(busy_percent: float = 10.0, patience_s: float = 20.0,
+                   on_busy: Callable[[float, float], None] | None = None) -> Wait:
     """Return once the machine is idle again, or after ``patience_s``.
 
     Processes started just before (64 workers of the previous pair, or the
     worker pool Ray starts after ``ray.init`` returns) take a while to boot
     or die; measured while that goes on, a wrapper loses up to half its speed.
+    ``on_busy(busy_percent, waited_s)`` is called every half second it waits,
+    so that a caller can say what it waits for: on a machine kept busy by
+    others, this wait is the whole patience each time.
     """
-    give_up = time.monotonic() + patience_s
-    while psutil.cpu_percent(interval=0.5) > busy_percent and time.monotonic() < give_up:
-        pass
+    start, waited = time.monotonic(), 0.0
+    while (busy := psutil.cpu_percent(interval=0.5)) > busy_percent:
+        waited = time.monotonic() - start
+        if waited >= patience_s:
+            return Wait(waited, busy, idle=False)
+        if on_busy is not None:
+            on_busy(busy, waited)
+    return Wait(waited, busy, idle=True)

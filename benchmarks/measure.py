@@ -140,7 +140,7 @@ def measure(workload: Workload, spec: WrapperSpec, steps: int, repeats: int) -> 
     """Start-up, then ``repeats`` timed replays of the same actions."""
     result = Measurement(workload.name, spec.name, spec.kind, spec.ours,
                          workload.num_envs, steps)
-    result.skipped = _missing_module(spec)
+    result.skipped = _missing_module(workload.requires + spec.requires)
     if result.skipped:
         return result
     memory = PeakMemory() if workload.measure_memory else None
@@ -200,9 +200,9 @@ def _closing(runner: Runner) -> Iterator[Runner]:
         runner.close()
 
 
-def _missing_module(spec: WrapperSpec) -> str | None:
-    """Why the wrapper cannot run here, or None when its imports work."""
-    for module in spec.requires:
+def _missing_module(modules: tuple[str, ...]) -> str | None:
+    """Why the workload or the wrapper cannot run here, or None when their imports work."""
+    for module in modules:
         try:
             importlib.import_module(module)
         except Exception as exc:  # a broken install raises more than ImportError

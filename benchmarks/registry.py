@@ -41,13 +41,18 @@ class Runner:
         raise NotImplementedError
 
     def run(self, actions: np.ndarray) -> int:
-        """Replay ``actions`` (steps, num_envs); return the env-steps done."""
+        """Replay ``actions`` (steps, num_envs[, action dims]); return the env-steps done."""
         for row in actions:
             self.step(row)
-        return int(actions.size)
+        return env_steps(actions)
 
     def close(self) -> None:
         raise NotImplementedError
+
+
+def env_steps(actions: np.ndarray) -> int:
+    """Env-steps in a (steps, num_envs[, action dims]) array: a Box action is one step, not one per dim."""
+    return int(actions.shape[0] * actions.shape[1])
 
 
 @dataclass(frozen=True)

@@ -5,44 +5,82 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks.machine import machine_line
 from benchmarks.registry import IN_PROCESS, KINDS, RAY, SUBPROCESS, WITH_POLICY
+from benchmarks.workloads import WORKLOADS
 from benchmarks.wrappers import WRAPPERS
 
 KIND_MEANING = {
     IN_PROCESS: "envs stepped one after another in the caller's process",
-    SUBPROCESS: "envs in local worker processes",
+    SUBPROCESS: "envs stepped in parallel off the caller's thread: local worker processes (EnvPool: its C++ threads)",
     RAY: "envs in Ray actors",
     WITH_POLICY: "VecWorker.collect, a policy choosing the actions, envs in local worker processes",
 }
 KIND_COLOURS = {IN_PROCESS: "#8da0cb", SUBPROCESS: "#66c2a5", RAY: "#fc8d62", WITH_POLICY: "#e78ac3"}
 COLUMNS = ("workload", "wrapper", "kind", "N", "steps/s median (min..max)", "us/env-step",
-           "parent CPU us/step", "x best peer", "start-up s", "peak RSS MiB (PSS)")
+           "parent CPU us/env-step", "x best peer", "parallel efficiency", "start-up s", "peak RSS MiB (PSS)")
 AGAINST_COLUMNS = ("workload", "wrapper", "steps/s: tree / {rev}", "per round (min..max)",
                    "parent CPU/step: tree / {rev}")
 BASELINE_COLUMNS = ("workload", "wrapper", "baseline", "steps/s: wrapper / baseline", "per round (min..max)",
                     "parent CPU/step: wrapper / baseline")
+TWIN_COLUMNS = ("workload", "wrapper", "twin", "steps/s: workload / twin", "per round (min..max)",
+                "parent CPU/step: workload / twin")
 
 
-def summarize(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Add medians, us per env-step, the ratio to the best peer and, with --against, to REV."""
-    rows = [{**m, **_spread(m["rates"]),
-             "parent_cpu_us_per_step_median": _median(m["parent_cpu_us_per_step"])} for m in measurements]
-    best = _best_peer_medians(rows)
+def summarize(measurements: list[dict[str, Any]], cores: int | None = None) -> list[dict[str, Any]]:
+    """Add medians, us per env-step, the ratio to the best peer, the parallel efficiency on ``cores``
+    and, with --against, the ratio to REV."""
+    rows = [{**m, **_spread(m["rates"]), **_parent_cpu(m)} for m in measurements]
+    best = _fastest(rows, lambda row: (row["workload"], row["kind"]), lambda row: not row["ours"])
+    serial = _fastest(rows, lambda row: row["workload"], lambda row: row["kind"] == IN_PROCESS)
     for row in rows:
         peer = best.get((row["workload"], row["kind"]))
         row["best_peer"] = peer[0] if peer else None
         row["ratio_to_best_peer"] = row["median"] / peer[1] if peer and row["median"] else None
+        reference = serial.get(row["workload"])
+        row["serial_reference"] = reference[0] if reference else None
+        row["parallel_efficiency"] = (parallel_efficiency(row["median"], reference[1], cores)
+                                      if reference and row["median"] and cores else None)
     _compare_with_revision(rows)
     _compare_with_baseline(rows)
+    _compare_with_twin(rows)
     return rows
+
+
+def parallel_efficiency(rate: float, serial_rate: float, cores: int) -> float:
+    """Env-steps/s over what ``cores`` processes would do, each as fast as one stepping the envs alone.
+
+    1.0: every core as busy with envs as one process stepping them one after
+    another is; a backend at 0.9 leaves a tenth of the machine on the table.
+    One process stepping alone scores 1 / cores.
+    """
+    return rate / (cores * serial_rate)
+
+
+def _parent_cpu(measurement: dict[str, Any]) -> dict[str, float | None]:
+    """The parent's CPU time per batch step and per env-step, medians of the repeats."""
+    per_step = _median(measurement["parent_cpu_us_per_step"])
+    return {"parent_cpu_us_per_step_median": per_step,
+            "parent_cpu_us_per_env_step_median": None if per_step is None else per_step / measurement["num_envs"]}
 
 
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def _compare_with_twin(rows: list[dict[str, Any]]) -> None:
+    """``against_twin`` of each row whose workload has a twin measured with the same wrapper (infos8 / noinfos8)."""
+    measured = {(row["workload"], row["wrapper"]): row for row in rows}
+    for row in rows:
+        workload = WORKLOADS.get(row["workload"])
+        twin = measured.get((workload.twin, row["wrapper"])) if workload and workload.twin else None
+        row["against_twin"] = None
+        if twin and row["median"] and twin["median"]:
+            row["against_twin"] = {"twin": twin["workload"], **_ratios(row, twin)}
 
 
 def _compare_with_revision(rows: list[dict[str, Any]]) -> None:
@@ -89,15 +127,16 @@ def _spread(rates: list[float]) -> dict[str, float | None]:
             "us_per_env_step": 1e6 / median}
 
 
-def _best_peer_medians(rows: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[str, float]]:
-    """(workload, kind) -> (wrapper, median) of the fastest other library's wrapper."""
-    best: dict[tuple[str, str], tuple[str, float]] = {}
+def _fastest(rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any],
+             counts: Callable[[dict[str, Any]], bool]) -> dict[Any, tuple[str, float]]:
+    """key(row) -> (wrapper, median) of the fastest row that ``counts``: the best peer of a kind,
+    or the fastest in-process wrapper, the serial reference of parallel efficiency."""
+    best: dict[Any, tuple[str, float]] = {}
     for row in rows:
-        if row["ours"] or not row["median"]:
+        if not counts(row) or not row["median"]:
             continue
-        key = (row["workload"], row["kind"])
-        if key not in best or row["median"] > best[key][1]:
-            best[key] = (row["wrapper"], row["median"])
+        if key(row) not in best or row["median"] > best[key(row)][1]:
+            best[key(row)] = (row["wrapper"], row["median"])
     return best
 
 
@@ -114,23 +153,28 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "| " + " | ".join(["---"] * 3 + ["---:"] * (len(COLUMNS) - 3)) + " |",
     ]
     lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
-    tables = _baseline_table(rows) + _against_table(rows, meta["settings"])
+    tables = (_pair_table(rows, "against_baseline", "baseline", BASELINE_COLUMNS,
+                          "Variants / their baseline, medians, each round's pair measured side by side; above 1 "
+                          "the variant steps faster, or spends more of the caller's CPU per step:")
+              + _pair_table(rows, "against_twin", "twin", TWIN_COLUMNS,
+                            "Workloads / their twin (infos8 / noinfos8: the same envs with and without infos), "
+                            "the same wrapper, medians, each round's pair measured side by side; below 1 the "
+                            "workload steps slower, above 1 it costs the caller more CPU per step:")
+              + _against_table(rows, meta["settings"]))
     return "\n".join(lines + [""] + tables + _notes(rows)) + "\n"
 
 
-def _baseline_table(rows: list[dict[str, Any]]) -> list[str]:
-    """Each variant / the wrapper it varies, from the same rounds; empty when no pair ran."""
-    compared = [row for row in rows if row["against_baseline"]]
+def _pair_table(rows: list[dict[str, Any]], field: str, other: str, columns: tuple[str, ...],
+                title: str) -> list[str]:
+    """Each row / the row ``field`` names (its baseline wrapper, its twin workload); empty when no pair ran."""
+    compared = [row for row in rows if row[field]]
     if not compared:
         return []
-    lines = ["Variants / their baseline, medians, each round's pair measured side by side; above 1 the "
-             "variant steps faster, or spends more of the caller's CPU per step:", "",
-             "| " + " | ".join(BASELINE_COLUMNS) + " |",
-             "| " + " | ".join(["---"] * 3 + ["---:"] * (len(BASELINE_COLUMNS) - 3)) + " |"]
+    lines = [title, "", "| " + " | ".join(columns) + " |",
+             "| " + " | ".join(["---"] * 3 + ["---:"] * (len(columns) - 3)) + " |"]
     for row in compared:
-        ratios = row["against_baseline"]
-        lines.append("| " + " | ".join([row["workload"], row["wrapper"], ratios["baseline"]]
-                                       + _ratio_cells(ratios)) + " |")
+        ratios = row[field]
+        lines.append("| " + " | ".join([row["workload"], row["wrapper"], ratios[other]] + _ratio_cells(ratios)) + " |")
     return lines + [""]
 
 
@@ -163,10 +207,15 @@ def _run_summary(settings: dict[str, Any], cores: int) -> str:
     load = settings["load_average"]
     against = settings.get("against")
     versus = f" against {against['revision']} ({against['commit'][:10]})" if against else ""
-    return (f"Run: {settings['mode']}{versus}, {settings['repeats']} repeat(s), "
-            f"{settings['wall_s']:.0f} s; "
-            f"batch steps per repeat: {steps}; 1-min load average {load['start']} at start, "
-            f"{load['end']} at end (on {cores} cores).")
+    summary = (f"Run: {settings['mode']}{versus}, {settings['repeats']} repeat(s), "
+               f"{settings['wall_s']:.0f} s; "
+               f"batch steps per repeat: {steps}; 1-min load average {load['start']} at start, "
+               f"{load['end']} at end (on {cores} cores).")
+    stopped = (settings.get("plan") or {}).get("stopped")
+    if stopped:
+        summary += (f" **Stopped early ({stopped}) after {settings['plan']['runs']} of "
+                    f"{settings['plan']['planned']} runs: the rows hold what finished.**")
+    return summary
 
 
 def _cells(row: dict[str, Any]) -> list[str]:
@@ -182,10 +231,10 @@ def _cells(row: dict[str, Any]) -> list[str]:
     memory = ""
     if row["peak_rss_mib"] is not None:
         memory = f"{row['peak_rss_mib']:,.0f} ({row['peak_pss_mib']:,.0f})"
-    cpu = row["parent_cpu_us_per_step_median"]
+    cpu, efficiency = row["parent_cpu_us_per_env_step_median"], row["parallel_efficiency"]
     return [row["workload"], name, row["kind"], str(row["num_envs"]), speed,
-            f"{row['us_per_env_step']:.1f}", "" if cpu is None else f"{cpu:,.1f}", ratio,
-            f"{row['startup_s']:.2f}", memory]
+            f"{row['us_per_env_step']:.1f}", "" if cpu is None else f"{cpu:,.2f}", ratio,
+            "" if efficiency is None else f"{efficiency:.2f}", f"{row['startup_s']:.2f}", memory]
 
 
 def _notes(rows: list[dict[str, Any]]) -> list[str]:
@@ -196,11 +245,15 @@ def _notes(rows: list[dict[str, Any]]) -> list[str]:
         "pre-sampled actions on the same envs, each repeat in a fresh Python process. The "
         "repeats are interleaved: each round measures every wrapper of a workload once (A B C, "
         "A B C, ...), so that the host's drift hits them alike.",
-        "parent CPU us/step: CPU time (user + sys) of the measuring process alone, the one that "
-        "owns the vector env, per batch step (all N envs), median of the repeats; its worker "
-        "processes are not counted. It is what the caller's core pays for the wrapper.",
+        "parent CPU us/env-step: CPU time (user + sys) of the measuring process alone, the one that "
+        "owns the vector env, per env-step (a batch step's over N), median of the repeats; its worker "
+        "processes are not counted, its threads are (EnvPool's). It is what the caller's core pays for "
+        "the wrapper. The JSON has it per batch step too.",
         f"x best peer: median / the best median among the other libraries' wrappers of the same "
         f"kind on the same workload ({kinds}). Bold rows are parallelenv.",
+        "parallel efficiency: median / (cores x the fastest in-process median on the workload: the same "
+        "envs stepped one after another in one process). 1.00 = every core as busy with envs as that one "
+        "process; one process alone scores 1 / cores.",
         "start-up s: construction + first reset, median of the repeats; imports, and for Ray "
         "wrappers starting the Ray instance, are excluded.",
     ]

@@ -16,6 +16,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from benchmarks import real_envs
+
 ACTION_SEED = 12345
 
 
@@ -132,6 +134,30 @@ class WaitEnv(_Box64Env):
             time.sleep(left)
 
 
+class InfoEnv(_FixedLengthEnv):
+    """A cheap step that returns four float infos, as MuJoCo envs do; ``infos=False`` is its no-info twin."""
+
+    def __init__(self, infos: bool = True, episode_steps: int = 200) -> None:
+        super().__init__(episode_steps)
+        self._infos = infos
+        self.observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._obs = np.zeros(4, np.float32)
+
+    def _observe(self) -> np.ndarray:
+        return self._obs
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, _ = super().step(action)
+        if not self._infos:
+            return obs, reward, terminated, truncated, {}
+        # A new dict of NumPy floats each step, named and typed as HalfCheetah's.
+        position = np.float64(self._elapsed * 0.01)
+        return obs, reward, terminated, truncated, {
+            "x_position": position, "x_velocity": np.float64(1.0), "reward_forward": np.float64(1.0),
+            "reward_ctrl": np.float32(-0.1 * int(action))}
+
+
 @dataclass(frozen=True)
 class Workload:
     """One row group of the table: an env, how many copies, how long to run."""
@@ -139,7 +165,7 @@ class Workload:
     name: str
     num_envs: int
     make_env: Callable[[], gym.Env]
-    num_actions: int
+    num_actions: int  # Discrete(num_actions) actions, unless action_dims says Box
     steps: int  # batch steps per timed repeat (each moves every env once)
     quick_steps: int
     measure_memory: bool = False
@@ -148,6 +174,13 @@ class Workload:
     # workloads), and the name that selects it with others of its kind.
     wrappers: tuple[str, ...] | None = None
     group: str = ""
+    # Box(-1, 1, (action_dims,)) float32 actions where > 0 (MuJoCo's), else Discrete.
+    action_dims: int = 0
+    # Modules its envs import beyond Gymnasium's: without them it is skipped, with a line saying so.
+    requires: tuple[str, ...] = ()
+    # The workload this one is measured beside, round by round, and reported over (infos8 / noinfos8).
+    twin: str | None = None
+    quick: bool = True  # part of a --quick run
 
     def factories(self) -> list[Callable[[], gym.Env]]:
         """Zero-arg env factories, one per env, picklable by import path."""
@@ -156,25 +189,46 @@ class Workload:
     def actions(self, steps: int) -> np.ndarray:
         """The (steps, num_envs) actions every wrapper replays, same seed for all."""
         rng = np.random.default_rng(ACTION_SEED)
+        if self.action_dims:
+            shape = (steps, self.num_envs, self.action_dims)
+            return rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
         return rng.integers(0, self.num_actions, size=(steps, self.num_envs), dtype=np.int64)
 
 
 _cartpole = functools.partial(gym.make, "CartPole-v1")
 TENSOR_WRAPPERS = ("parallelenv-tensor", "tensorenv-direct", "gymnasium-numpy-vector")
 COLLECT_WRAPPERS = ("parallelenv-collect-plain", "parallelenv-collect-overlapped")
+# What infos cost the parent is the question there: ours and Gymnasium's, the in-process ones as the reference.
+INFO_WRAPPERS = ("parallelenv-dummy", "parallelenv-subproc", "gymnasium-sync", "gymnasium-async")
+
+
+def _info_workloads(num_envs: int, steps: int, quick_steps: int) -> tuple[Workload, Workload]:
+    """``infosN`` and its no-info twin ``noinfosN``, measured round by round together."""
+    quick = num_envs == 8  # a smoke run needs one size of them
+    return (
+        Workload(f"infos{num_envs}", num_envs, functools.partial(InfoEnv, infos=True), 2, steps=steps,
+                 quick_steps=quick_steps, description="cheap step, four float infos: what infos cost the parent",
+                 wrappers=INFO_WRAPPERS, group="infos", twin=f"noinfos{num_envs}", quick=quick),
+        Workload(f"noinfos{num_envs}", num_envs, functools.partial(InfoEnv, infos=False), 2, steps=steps,
+                 quick_steps=quick_steps, description=f"infos{num_envs}'s twin returning no infos",
+                 wrappers=INFO_WRAPPERS, group="infos", quick=quick),
+    )
+
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
         Workload("cartpole8", 8, _cartpole, 2, steps=1000, quick_steps=300,
                  description="CartPole-v1: per-step wrapper overhead"),
-        Workload("cartpole64", 64, _cartpole, 2, steps=300, quick_steps=60,
+        # Not in --quick (nor jitter16, nor the tensor ones): 64 or 16 processes a wrapper, or torch's import,
+        # each costs seconds a run, and bench-quick must stay under two minutes on a busy machine.
+        Workload("cartpole64", 64, _cartpole, 2, steps=300, quick_steps=60, quick=False,
                  measure_memory=True, description="CartPole-v1 x64: overhead and memory"),
         Workload("busy8", 8, functools.partial(BusyEnv), 4, steps=500, quick_steps=100,
                  description="0.5 ms CPU per step: parallel speed-up"),
         Workload("bigobs8", 8, functools.partial(BigObsEnv), 4, steps=1500, quick_steps=200,
                  description="84x84x4 uint8 obs: moving large observations"),
-        Workload("jitter16", 16, functools.partial(JitterEnv), 4, steps=200, quick_steps=40,
+        Workload("jitter16", 16, functools.partial(JitterEnv), 4, steps=200, quick_steps=40, quick=False,
                  description="0.1-2 ms random sleep: stragglers, async k-of-n"),
         # A policy chooses the actions here (the pre-sampled ones only say how many steps).
         Workload("collect16", 16, functools.partial(WaitEnv), 4, steps=300, quick_steps=50,
@@ -183,8 +237,15 @@ WORKLOADS: dict[str, Workload] = {
         # Batched envs: the factories only say how many; each wrapper builds its own vectorised CartPole.
         *(Workload(f"tensor-cartpole-{n}", n, _cartpole, 2, steps=steps, quick_steps=20,
                    description=f"CartPole-v1 x{n} as batched arrays/tensors on the CPU",
-                   wrappers=TENSOR_WRAPPERS, group="tensor-cartpole")
+                   wrappers=TENSOR_WRAPPERS, group="tensor-cartpole", quick=False)
           for n, steps in ((4096, 500), (65536, 100))),
+        Workload("cheetah8", 8, real_envs.make_half_cheetah, 0, steps=1000, quick_steps=100, action_dims=6,
+                 requires=("mujoco",), description="MuJoCo HalfCheetah-v5: a real simulator with per-step infos"),
+        Workload("pong8", 8, real_envs.make_pong, 6, steps=300, quick_steps=40, requires=("ale_py", "cv2"),
+                 description="Atari Pong, AtariPreprocessing and 4 frames stacked: big obs and infos"),
+        *_info_workloads(8, steps=1000, quick_steps=200),
+        *_info_workloads(64, steps=300, quick_steps=40),
+        *_info_workloads(256, steps=100, quick_steps=15),
     )
 }
 

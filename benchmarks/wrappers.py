@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.machine import usable_cores
 from benchmarks.registry import (
     IN_PROCESS,
     RAY,
@@ -28,6 +29,7 @@ from benchmarks.registry import (
     EnvFactory,
     Runner,
     default_wrappers,
+    env_steps,
     ray_cluster,
     register,
 )
@@ -72,7 +74,7 @@ class ParallelEnvAsyncRunner(ParallelEnvRunner):
         taken = np.zeros(num_envs, dtype=np.int64)
         self.penv.send(actions[0], id=None)
         received, in_flight = 0, num_envs
-        while received < actions.size:
+        while received < env_steps(actions):
             ids = self._recv(min(self.wait_num, in_flight))
             received += len(ids)
             taken[ids] += 1
@@ -240,7 +242,7 @@ class TensorRunner(Runner):
             step = self.penv.step
             for row in self._actions:
                 step(row)
-        return int(actions.size)
+        return env_steps(actions)
 
     def close(self) -> None:
         if self.penv is not None:
@@ -311,6 +313,47 @@ register("gymnasium-numpy-vector", IN_PROCESS, requires=("gymnasium",), workload
     GymnasiumVectorRunner)
 
 
+# --- EnvPool ---------------------------------------------------------------
+
+
+class EnvPoolRunner(Runner):
+    """EnvPool's own build of the workload's env, stepped by its C++ thread pool in the caller's process."""
+
+    def __init__(self, factories: Sequence[EnvFactory]) -> None:
+        from benchmarks.real_envs import ENVPOOL_TWINS
+
+        twin = ENVPOOL_TWINS.get(factories[0])
+        if twin is None:
+            raise ValueError(f"EnvPool has no twin of {factories[0]!r} (benchmarks/real_envs.py)")
+        self.task, self.options, self.num_envs = twin.task, twin.options, len(factories)
+        self.venv: Any = None
+
+    def reset(self, seed: int) -> None:
+        import envpool
+
+        # EnvPool takes its seed when made (env i gets seed + i), so it is made here.
+        if self.venv is None:
+            # Every env in each batch (batch_size=N): a lockstep step, as the others make.
+            self.venv = envpool.make(self.task, env_type="gymnasium", num_envs=self.num_envs,
+                                     batch_size=self.num_envs, num_threads=usable_cores(), seed=seed,
+                                     **self.options)
+        self.venv.reset()
+
+    def step(self, actions: np.ndarray) -> None:
+        self.venv.step(actions)
+
+    def close(self) -> None:
+        if self.venv is not None:
+            self.venv.close()
+
+
+register("envpool", SUBPROCESS, requires=("envpool",), workloads=frozenset({"cheetah8", "pong8"}),
+         note="envpool.make(task, env_type='gymnasium', batch_size=N, num_threads=cores): a C++ thread "
+              "pool in the caller's process (its threads' CPU counts as the parent's); next-step autoreset; "
+              "HalfCheetah-v5 as Gymnasium's, Pong-v5 with ALE/Pong-v5's sticky actions and no FIRE reset")(
+    EnvPoolRunner)
+
+
 # --- Stable-Baselines3 -----------------------------------------------------
 
 
@@ -346,7 +389,8 @@ class SB3Runner(Runner):
 register("sb3-dummy", IN_PROCESS, requires=("stable_baselines3",), quick=False,
          note="DummyVecEnv; resets a finished env inside step")(
     functools.partial(SB3Runner, subproc=False))
-register("sb3-subproc", SUBPROCESS, requires=("stable_baselines3",),
+# Not in --quick: each worker imports torch with SB3 (~18 s of start-up on a busy 2-core machine).
+register("sb3-subproc", SUBPROCESS, requires=("stable_baselines3",), quick=False,
          note="SubprocVecEnv (forkserver); resets inside step")(
     functools.partial(SB3Runner, subproc=True))
 

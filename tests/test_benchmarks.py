@@ -48,7 +48,7 @@ def test_quick_harness_run_writes_its_table_and_json(tmp_path, no_leaks):
         assert row.get("error") is None and row["median"] > 0, row
         assert len(row["parent_cpu_us_per_step"]) == 1 and row["parent_cpu_us_per_step_median"] > 0, row
     assert "| cartpole8 |" in done.stdout
-    assert "parent CPU us/step" in done.stdout
+    assert "parent CPU us/env-step" in done.stdout and "parallel efficiency" in done.stdout
 
 
 @pytest.mark.slow
@@ -91,6 +91,106 @@ def test_plan_against_a_revision_measures_each_of_ours_twice_per_round():
     assert {pair.revision for _, pair in plan(args)} == {None, "HEAD"}
 
 
+def test_plan_measures_a_workload_round_by_round_beside_its_twin():
+    args = parse_args(["--workloads", "noinfos8", "cartpole8", "infos8", "--wrappers", "dummy", "--repeats", "2"])
+    assert [(r, w) for r, w, _ in _labels(plan(args))] == [
+        (0, "noinfos8"), (0, "infos8"), (1, "noinfos8"), (1, "infos8"), (0, "cartpole8"), (1, "cartpole8")]
+    assert parse_args(["--workloads", "infos"]).workloads == [
+        "infos8", "noinfos8", "infos64", "noinfos64", "infos256", "noinfos256"]
+
+
+def test_quick_leaves_out_the_workloads_and_peers_too_slow_to_start_and_has_a_budget():
+    quick = parse_args(["--quick"])
+    assert "cheetah8" in quick.workloads and "infos8" in quick.workloads and "cartpole64" not in quick.workloads
+    assert quick.budget is not None and quick.wait_idle == 0
+    assert "sb3-subproc" not in {pair.wrapper for _, pair in plan(quick)}
+    assert "cartpole64" in parse_args(["--quick", "--workloads", "cartpole64"]).workloads  # named: measured
+    full = parse_args([])
+    assert full.budget is None and full.wait_idle > 0 and "infos256" in full.workloads
+
+
+def test_a_workload_whose_simulator_is_missing_is_skipped_without_a_process(monkeypatch):
+    from benchmarks import child
+    from benchmarks.child import Pair
+
+    real_find_spec = child.importlib.util.find_spec
+    monkeypatch.setattr(child.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("mujoco", "envpool") else real_find_spec(name, *a))
+    assert "mujoco not installed" in child.unavailable(Pair("cheetah8", "parallelenv-dummy", 10))
+    assert child.unavailable(Pair("cheetah8", "envpool", 10)).startswith("mujoco, envpool not installed")
+    assert child.unavailable(Pair("infos8", "parallelenv-dummy", 10)) is None
+
+
+def test_a_spent_budget_writes_the_table_of_what_finished(tmp_path, capsys):
+    from benchmarks.__main__ import main
+
+    assert main(["--quick", "--workloads", "infos8", "--wrappers", "dummy", "--budget", "0",
+                 "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "quick.json").read_text())
+    assert result["settings"]["plan"]["stopped"] == "its --budget of 0 s was spent"
+    assert result["rows"][0]["skipped"] == "not run: its --budget of 0 s was spent"
+    assert "Stopped early" in capsys.readouterr().out
+
+
+def test_waiting_for_an_idle_cpu_says_so_and_gives_up_after_its_patience():
+    from benchmarks.machine import wait_for_quiet
+
+    seen = []
+    wait = wait_for_quiet(busy_percent=-1.0, patience_s=0.6, on_busy=lambda busy, waited: seen.append(waited))
+    assert not wait.idle and wait.waited_s >= 0.6 and seen  # -1%: never idle
+    assert wait_for_quiet(busy_percent=101.0, on_busy=lambda *_: pytest.fail("no wait")).idle
+
+
+def test_the_infos_workload_and_its_twin_measure_and_compare(no_leaks):
+    from benchmarks.measure import measure
+    from benchmarks.workloads import WORKLOADS
+    from benchmarks.wrappers import WRAPPERS
+
+    measured = [measure(WORKLOADS[name], WRAPPERS["parallelenv-dummy"], steps=20, repeats=2).to_dict()
+                for name in ("infos8", "noinfos8")]
+    env = WORKLOADS["infos8"].make_env()
+    env.reset(seed=0)
+    assert len(env.step(0)[4]) == 4 and WORKLOADS["noinfos8"].make_env().step(0)[4] == {}
+    rows = report.summarize(measured, cores=2)
+    for row in rows:
+        assert row["error"] is None and len(row["rates"]) == 2 and row["parent_cpu_us_per_env_step_median"] > 0
+    assert rows[0]["against_twin"]["twin"] == "noinfos8" and rows[1]["against_twin"] is None
+    assert "| infos8 | parallelenv-dummy | noinfos8 |" in report.markdown(rows, _meta())
+
+
+def test_parallel_efficiency_is_over_cores_times_the_fastest_in_process_wrapper():
+    def row(wrapper, kind, median):
+        return Measurement("busy8", wrapper, kind, wrapper.startswith("parallelenv"), 8, 10, rates=[median],
+                           parent_cpu_us_per_step=[1.0], startup_s=0.1).to_dict()
+
+    rows = report.summarize([row("parallelenv-dummy", "in-process", 100.0), row("gymnasium-sync", "in-process", 125.0),
+                             row("parallelenv-subproc", "subprocess", 225.0), row("envpool", "subprocess", 250.0)],
+                            cores=2)
+    assert {r["wrapper"]: r["parallel_efficiency"] for r in rows} == {
+        "parallelenv-dummy": 0.4, "gymnasium-sync": 0.5, "parallelenv-subproc": 0.9, "envpool": 1.0}
+    assert {r["serial_reference"] for r in rows} == {"gymnasium-sync"}
+    assert report.parallel_efficiency(300.0, 100.0, cores=4) == 0.75
+    assert "| busy8 | **parallelenv-subproc** | subprocess | 8 | 225 | 4444.4 | 0.12 | 0.90x | 0.90 |" in \
+        report.markdown(rows, _meta())
+    assert report.summarize([row("parallelenv-subproc", "subprocess", 225.0)], cores=2)[0]["parallel_efficiency"] is None
+
+
+# Each simulator under one of ours and EnvPool in make test (where the bench extra is installed), the rest long.
+@pytest.mark.parametrize(("workload", "wrapper"), [
+    ("cheetah8", "parallelenv-subproc"), ("pong8", "envpool"),
+    pytest.param("cheetah8", "envpool", marks=pytest.mark.long),
+    pytest.param("pong8", "parallelenv-subproc", marks=pytest.mark.long)])
+def test_the_real_workloads_run_where_their_simulators_are_installed(workload, wrapper, no_leaks):
+    from benchmarks.measure import measure
+    from benchmarks.workloads import WORKLOADS
+    from benchmarks.wrappers import WRAPPERS
+
+    for module in WORKLOADS[workload].requires + WRAPPERS[wrapper].requires:
+        pytest.importorskip(module)  # the bench extra's; make test installs the test extra
+    result = measure(WORKLOADS[workload], WRAPPERS[wrapper], steps=5, repeats=1)
+    assert result.error is None and result.skipped is None and result.rates[0] > 0, result
+
+
 def test_repeats_measured_apart_merge_into_one_row():
     def part(rate, cpu, startup, rss, error=None):
         return Measurement("bigobs8", "parallelenv-subproc", "subprocess", True, 8, 10, rates=[rate],
@@ -118,7 +218,7 @@ def test_report_shows_parent_cpu_per_step_and_the_ratio_to_the_revision(tmp_path
     rows = report.summarize([
         row("parallelenv-dummy", True, [200.0, 220.0], [40.0, 60.0]),
         row("parallelenv-dummy@abc", True, [100.0, 100.0], [100.0, 100.0], revision="abc"),
-        row("gymnasium-sync", False, [100.0, 110.0], [80.0, 90.0]),
+        row("gymnasium-sync", False, [100.0, 110.0], [80.0, 100.0]),
     ])
     ours = rows[0]
     assert ours["parent_cpu_us_per_step_median"] == 50.0
@@ -128,16 +228,17 @@ def test_report_shows_parent_cpu_per_step_and_the_ratio_to_the_revision(tmp_path
 
     table = report.markdown(rows, _meta({"revision": "abc", "commit": "abc1234567890"}))
     header = next(line for line in table.splitlines() if line.startswith("| workload | wrapper | kind"))
-    cpu_column = header.split(" | ").index("parent CPU us/step")
+    cpu_column = header.split(" | ").index("parent CPU us/env-step")
     cells = {line.split(" | ")[1]: line.split(" | ") for line in table.splitlines() if line.startswith("| cartpole8")}
-    assert cells["**parallelenv-dummy**"][cpu_column] == "50.0"
-    assert cells["gymnasium-sync"][cpu_column] == "85.0"
+    assert cells["**parallelenv-dummy**"][cpu_column] == "6.25"  # 50 us a batch step of 8 envs
+    assert cells["gymnasium-sync"][cpu_column] == "11.25"
     assert "| cartpole8 | parallelenv-dummy | 2.100x | 2.000..2.200 | 0.500x |" in table
     assert "Working tree / abc (abc1234567)" in table
 
     report.write_json(tmp_path / "out.json", rows, _meta())
     written = {r["wrapper"]: r for r in json.loads((tmp_path / "out.json").read_text())["rows"]}
-    assert written["gymnasium-sync"]["parent_cpu_us_per_step_median"] == 85.0
+    assert written["gymnasium-sync"]["parent_cpu_us_per_step_median"] == 90.0
+    assert written["gymnasium-sync"]["parent_cpu_us_per_env_step_median"] == 11.25
     assert written["parallelenv-dummy"]["against_revision"]["steps_per_s_ratio"] == 2.1
 
 
@@ -241,6 +342,10 @@ def test_an_interrupted_run_removes_the_revisions_copy_and_its_child(tmp_path, s
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, alive
     assert not list(temp.glob("parallelenv-*"))
+    # What had finished (here nothing) is written all the same, saying why the rest is missing.
+    result = json.loads((tmp_path / "out" / "quick.json").read_text())
+    assert result["settings"]["plan"]["stopped"] == "interrupted"
+    assert {row["skipped"] for row in result["rows"]} == {"not run: interrupted"}
 
 
 def _sigint_as_by_default() -> None:
