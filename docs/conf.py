@@ -1,4 +1,4 @@
-"""Sphinx configuration: the user guide is README.rst cut into pages, the API reference autodoc.
+"""Sphinx configuration: the user guide (README.rst's sections and the pages of docs/guide), the API reference autodoc.
 
 ``make docs`` builds the site into build/docs with warnings as errors;
 tests/test_docs.py builds it the same way in ``make test``.
@@ -14,7 +14,7 @@ ROOT = DOCS.parent
 # The package of this checkout, not whichever parallelenv the Python running Sphinx has installed.
 sys.path[:0] = [str(ROOT), str(DOCS)]
 
-from readme_sections import write_sections  # noqa: E402
+from readme_sections import OPTIONAL_PAGES, write_sections  # noqa: E402
 from sphinx.ext.autodoc.mock import MockFinder  # noqa: E402
 
 import parallelenv  # noqa: E402
@@ -28,10 +28,12 @@ extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"
 html_theme = "alabaster"  # Sphinx's own: no theme package to install
 html_static_path = ["_static"]
 html_theme_options = {
-    "description": "Gymnasium envs in parallel behind one object",
-    "fixed_sidebar": True,
-    "page_width": "1180px",  # the default 940px cuts the README's code lines short
+    "description": f"Gymnasium envs in parallel behind one object. Version {release}.",  # in every page's sidebar
+    "fixed_sidebar": False,  # a fixed sidebar taller than the window gets a scrollbar of its own
+    "page_width": "1240px",  # fits a 1280 px window; _static/custom.css wraps what is still too long
+    "body_max_width": "none",  # the basic theme's 800px would leave the body narrower than the page
 }
+html_title = f"parallelenv {release}"
 exclude_patterns = ["_build", "_readme"]  # _readme holds include files, not pages
 
 autodoc_member_order = "bysource"
@@ -46,3 +48,16 @@ napoleon_numpy_docstring = False
 sys.meta_path.insert(0, MockFinder(["stable_baselines3", "torch"]))
 
 write_sections(ROOT / "README.rst", DOCS / "_readme")
+
+
+def add_optional_pages(app, docname: str, source: list[str]) -> None:
+    """List each of readme_sections.OPTIONAL_PAGES in the guide's table of contents once its file exists."""
+    if docname != "index":
+        return
+    for page, after in OPTIONAL_PAGES.items():
+        if (DOCS / f"{page}.rst").is_file() and f"   {page}\n" not in source[0]:
+            source[0] = source[0].replace(f"   {after}\n", f"   {after}\n   {page}\n", 1)
+
+
+def setup(app):
+    app.connect("source-read", add_optional_pages)
