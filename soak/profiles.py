@@ -18,9 +18,7 @@ from parallelenv import Recycling
 from soak.env import FaultyEnv
 from soak.faults import ENV_RAISED, FAULTS
 
-NUM_ENVS = 8
 LEAKY_ENV = 0  # the one env that leaks: its worker is recycled, every other worker stays flat
-CALL_TIMEOUT_S = 3.0  # what a hang costs: long enough that a step on a loaded 2-core machine is no hang
 
 
 @dataclass(frozen=True)
@@ -29,21 +27,25 @@ class Profile:
 
     Attributes:
         para_mode: the backend.
+        num_envs: how many envs the ParallelEnv runs.
         options: its ParallelEnv options (groups of envs per worker).
         faults: the kinds of :data:`soak.faults.FAULTS` injected.
         fault_every: steps between faults, on average.
         leak_kb: what the leaky env keeps per step.
         recycle_steps: ``Recycling(steps=)``, for backends whose workers' memory the parent cannot read.
         recycle_headroom_mb: ``Recycling(memory_mb=)`` this far above a fresh worker's RSS.
+        call_timeout: what a hang costs: long enough that no step on a loaded machine is taken for one.
     """
 
     para_mode: str
     options: dict[str, Any] = field(default_factory=dict)
+    num_envs: int = 8
     faults: tuple[str, ...] = tuple(FAULTS)
     fault_every: int = 1000
     leak_kb: float = 0.0
     recycle_steps: int | None = None
     recycle_headroom_mb: float | None = None
+    call_timeout: float = 3.0
 
     @property
     def needs_ray(self) -> bool:
@@ -55,7 +57,7 @@ class Profile:
 
     def factories(self) -> list[Callable[[], FaultyEnv]]:
         return [functools.partial(FaultyEnv, tag=i, leak_kb=self.leak_kb if i == LEAKY_ENV else 0.0)
-                for i in range(NUM_ENVS)]
+                for i in range(self.num_envs)]
 
     def recycling(self, fresh_worker_mb: float | None) -> Recycling | None:
         """The recycling rule, given a fresh worker's RSS (for the memory limit)."""
@@ -69,7 +71,7 @@ class Profile:
         """The ParallelEnv options that make it survive every fault of :attr:`faults`."""
         worker_failure = "restart" if self.has_workers else "raise"
         return {"asynchronous": "restart", "on_env_error": "restart", "on_worker_failure": worker_failure,
-                "call_timeout": CALL_TIMEOUT_S, "max_restarts": 10**9}
+                "call_timeout": self.call_timeout, "max_restarts": 10**9}
 
 
 # Rates on a 2-core machine: dummy ~13,000 steps/s, subproc ~1,000, ray ~90, ray-subproc ~250. A fault

@@ -14,7 +14,7 @@ from parallelenv.recycling import WORKER_RECYCLED, resident_mb
 from soak import resources
 from soak.faults import Fault, FaultPlan, inject
 from soak.judge import Verdict, bounded, flat
-from soak.profiles import NUM_ENVS, Profile
+from soak.profiles import Profile
 from soak.resources import Sample
 
 WARM_UP = 0.15  # of the run, before the first sample: imports, allocator pools, the first restarts
@@ -31,6 +31,7 @@ class Outcome:
     """What a soak of one backend did and found."""
 
     para_mode: str
+    num_envs: int
     seconds: float = 0.0
     steps: int = 0
     injected: Counter[str] = field(default_factory=Counter)  # by fault
@@ -39,7 +40,7 @@ class Outcome:
 
     @property
     def env_steps_per_s(self) -> float:
-        return self.steps * NUM_ENVS / self.seconds if self.seconds else 0.0
+        return self.steps * self.num_envs / self.seconds if self.seconds else 0.0
 
     @property
     def passed(self) -> bool:
@@ -55,17 +56,21 @@ def fresh_worker_mb(profile: Profile) -> float | None:
         return resident_mb(probe.backend.pids()[0])
 
 
-def soak(profile: Profile, seconds: float, seed: int = 0) -> Outcome:
-    """Step ``profile``'s ParallelEnv for ``seconds`` under faults, then check what it logged and left."""
+def soak(profile: Profile, seconds: float, seed: int = 0, min_faults: int = 0) -> Outcome:
+    """Step ``profile``'s ParallelEnv for ``seconds`` under faults, then check what it logged and left.
+
+    ``min_faults``: go on past ``seconds`` until that many faults are injected
+    (a short run on a loaded machine, where the steps of ``seconds`` are few).
+    """
     fresh_mb = fresh_worker_mb(profile)
     recycle = profile.recycling(fresh_mb)
     children_before = {process.pid for process in resources.descendants()[0]}
     segments_before = resources.segments()
-    outcome = Outcome(profile.para_mode)
+    outcome = Outcome(profile.para_mode, profile.num_envs)
     penv = ParallelEnv(profile.factories(), para_mode=profile.para_mode, recycle=recycle, **profile.healing(),
                        **profile.options)
     try:
-        samples, expected = _run(penv, profile, seconds, seed, outcome)
+        samples, expected = _run(penv, profile, seconds, seed, min_faults, outcome)
         outcome.logged = Counter(failure.kind for failure in penv.failures)
         outcome.verdicts.append(_log_verdict(penv, expected))
     finally:
@@ -76,10 +81,10 @@ def soak(profile: Profile, seconds: float, seed: int = 0) -> Outcome:
     return outcome
 
 
-def _run(penv: ParallelEnv, profile: Profile, seconds: float, seed: int,
+def _run(penv: ParallelEnv, profile: Profile, seconds: float, seed: int, min_faults: int,
          outcome: Outcome) -> tuple[list[Sample], list[Fault]]:
     """The steps, faults and samples; returns the samples and the faults injected."""
-    plan = FaultPlan(profile.faults, profile.fault_every, NUM_ENVS, seed)
+    plan = FaultPlan(profile.faults, profile.fault_every, profile.num_envs, seed)
     expected: list[Fault] = []
     samples: list[Sample] = []
     penv.reset(seed=seed)
@@ -87,11 +92,11 @@ def _run(penv: ParallelEnv, profile: Profile, seconds: float, seed: int,
     end = start + seconds
     sample_every = max(MIN_SAMPLE_EVERY_S, seconds * (1 - WARM_UP) / NUM_SAMPLES)
     next_sample = start + seconds * WARM_UP
-    while (now := time.monotonic()) < end:
+    while (now := time.monotonic()) < end or len(expected) < min_faults:
         if now >= next_sample:
             samples.append(resources.sample(penv))
             next_sample += sample_every
-        actions = np.zeros(NUM_ENVS, dtype=np.int64)
+        actions = np.zeros(profile.num_envs, dtype=np.int64)
         fault = plan.at(outcome.steps)
         if fault is not None:
             inject(penv, fault, actions)
