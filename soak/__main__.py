@@ -15,8 +15,11 @@ from soak.run import soak
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m soak", description=__doc__)
-    parser.add_argument("--minutes", type=float, default=10.0, help="how long each backend runs (default 10)")
+    parser = argparse.ArgumentParser(
+        prog="python -m soak", description="Soak every CPU backend in turn under faults, healing and recycling; "
+        "print a table each, exit 1 on any FAIL.")
+    parser.add_argument("--minutes", type=float, default=10.0,
+                        help="minutes per backend, not in all (default 10: about 40 for the four)")
     parser.add_argument("--backends", nargs="+", choices=list(PROFILES), default=list(PROFILES))
     parser.add_argument("--seed", type=int, default=0, help="seeds the faults' steps, kinds and envs")
     return parser.parse_args(argv)
