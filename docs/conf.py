@@ -14,7 +14,7 @@ ROOT = DOCS.parent
 # The package of this checkout, not whichever parallelenv the Python running Sphinx has installed.
 sys.path[:0] = [str(ROOT), str(DOCS)]
 
-from readme_sections import OPTIONAL_PAGES, write_sections  # noqa: E402
+from readme_sections import write_sections  # noqa: E402
 from sphinx.ext.autodoc.mock import MockFinder  # noqa: E402
 
 import parallelenv  # noqa: E402
@@ -48,16 +48,3 @@ napoleon_numpy_docstring = False
 sys.meta_path.insert(0, MockFinder(["stable_baselines3", "torch"]))
 
 write_sections(ROOT / "README.rst", DOCS / "_readme")
-
-
-def add_optional_pages(app, docname: str, source: list[str]) -> None:
-    """List each of readme_sections.OPTIONAL_PAGES in the guide's table of contents once its file exists."""
-    if docname != "index":
-        return
-    for page, after in OPTIONAL_PAGES.items():
-        if (DOCS / f"{page}.rst").is_file() and f"   {page}\n" not in source[0]:
-            source[0] = source[0].replace(f"   {after}\n", f"   {after}\n   {page}\n", 1)
-
-
-def setup(app):
-    app.connect("source-read", add_optional_pages)

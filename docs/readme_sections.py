@@ -15,9 +15,6 @@ from pathlib import Path
 
 TITLE_LEVELS = "=-~"  # README.rst's title, its sections, their subsections
 LABEL = ".. _readme-"
-# Pages that another change adds: linked and listed in the guide's table of contents once their file
-# exists, their titles plain text until then. Each follows the page given in the guide's order.
-OPTIONAL_PAGES = {"guide/pool": "guide/rollouts"}
 DOCS_LINK = re.compile(r"`([^`<>]+?)\s*<docs/([\w/-]+)\.rst>`_(?!_)")  # `Title <docs/guide/page.rst>`_
 
 
@@ -35,15 +32,7 @@ def headings(lines: list[str]) -> list[tuple[int, str]]:
     return found
 
 
-def site_link(match: re.Match[str], docs: Path) -> str:
-    """A ``:doc:`` role for a link to a page; an optional page not written yet leaves its title as text."""
-    text, page = match.group(1), match.group(2)
-    if page in OPTIONAL_PAGES and not (docs / f"{page}.rst").is_file():
-        return text
-    return f":doc:`{text} </{page}>`"  # a page that is not there fails the build (-W), as it should
-
-
-def readme_sections(text: str, docs: Path = Path(__file__).resolve().parent) -> dict[str, str]:
+def readme_sections(text: str) -> dict[str, str]:
     """``{slug: text}`` of each section of README.rst, and the part before the first as ``intro``.
 
     Each heading gets the label ``readme-<slug>``, and README's references to
@@ -51,7 +40,7 @@ def readme_sections(text: str, docs: Path = Path(__file__).resolve().parent) -> 
     sections are on different pages, a plain reference to a title on another
     page would not resolve. Its links to pages of ``docs`` become ``:doc:`` roles.
     """
-    text = DOCS_LINK.sub(lambda match: site_link(match, docs), text)
+    text = DOCS_LINK.sub(r":doc:`\1 </\2>`", text)  # a page that is not there fails the build (-W)
     lines = text.splitlines()
     marks = headings(lines)
     titles = {title: slug(title) for _, title in marks}
