@@ -78,8 +78,9 @@ soak: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check parallelenv tests benchmarks soak
 
-# The site in build/docs: the user guide (README.rst's sections) and the API
-# reference from the docstrings. -W: a warning fails the build; -E: every page
+# The site in build/docs: the user guide (README.rst's sections, each on the
+# page of docs/guide that goes on about its subject) and the API reference
+# from the docstrings. -W: a warning fails the build; -E: every page
 # is read again, so that a warning of an unchanged page is not skipped.
 # tests/test_docs.py builds it the same way in `make test`.
 docs: $(VENV)/.installed-docs
