@@ -7,4 +7,6 @@ Run ``python -m benchmarks`` (``--help`` for the flags). Every repeat of every
 interleaved, and with ``--against REV`` each of ours twice: the working tree's
 parallelenv and REV's, unpacked by :mod:`benchmarks.revision`) and
 :mod:`benchmarks.report` turns the results into a table, JSON and a chart.
+:mod:`benchmarks.workloads` holds the envs and sizes, the real ones (MuJoCo,
+Atari) and their EnvPool twins coming from :mod:`benchmarks.real_envs`.
 """

@@ -79,7 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     given_workloads = args.workloads
     if args.workloads:  # a group name (tensor-cartpole) stands for every size of it
         args.workloads = [n for item in args.workloads for n in GROUPS.get(item, [item])]
-    args.workloads = _names(parser, args.workloads, WORKLOADS, "workload")
+    args.workloads = _names(parser, args.workloads, WORKLOADS, "workload", {"halfcheetah8": "cheetah8"})
     if args.quick and given_workloads is None:
         args.workloads = [name for name in args.workloads if WORKLOADS[name].quick]
     args.wrappers = _names(parser, args.wrappers, WRAPPERS, "wrapper", ALIASES) if args.wrappers else None
@@ -207,8 +207,12 @@ def measure_plan(order: list[tuple[int, Pair]], args: argparse.Namespace, log_di
             if args.wait_idle > 0:
                 log.waits.append(_wait_for_idle_cpu(progress, args.wait_idle, first=not log.has_waited))
             source = revision.root if revision is not None and pair.revision else None
-            timeout = min(args.timeout, deadline - time.monotonic())
-            done.append(measure_once(pair, log_dir, timeout, round_index, parallelenv_from=source))
+            result = measure_once(pair, log_dir, min(args.timeout, deadline - time.monotonic()), round_index,
+                                  parallelenv_from=source)
+            if result.error and time.monotonic() >= deadline:  # killed by the budget, not by its own timeout
+                log.stopped = f"its --budget of {args.budget:g} s was spent"
+                break
+            done.append(result)
             log.runs += 1
     except KeyboardInterrupt:  # the running child's group is gone already (measure_once's finally)
         log.stopped = "interrupted"

@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from benchmarks.registry import Runner, WrapperSpec
+from benchmarks.registry import Runner, Unsupported, WrapperSpec
 from benchmarks.workloads import Workload
 
 RESET_SEED = 0
@@ -147,6 +147,8 @@ def measure(workload: Workload, spec: WrapperSpec, steps: int, repeats: int) -> 
     try:
         with memory or contextlib.nullcontext(), spec.session():
             _run(workload, spec, steps, repeats, result, memory)
+    except Unsupported as exc:
+        result.skipped = str(exc)
     except Exception as exc:  # a peer's failure is a row of the report, not a crash
         traceback.print_exc()
         result.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

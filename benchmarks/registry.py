@@ -30,6 +30,10 @@ WITH_POLICY = "with a policy"
 KINDS = (IN_PROCESS, SUBPROCESS, RAY, WITH_POLICY)
 
 
+class Unsupported(Exception):
+    """The wrapper has no way to run this workload's envs (EnvPool has only its own): a skip, not a failure."""
+
+
 class Runner:
     """Drives one vector env through the pre-sampled actions."""
 

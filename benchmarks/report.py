@@ -211,10 +211,15 @@ def _run_summary(settings: dict[str, Any], cores: int) -> str:
                f"{settings['wall_s']:.0f} s; "
                f"batch steps per repeat: {steps}; 1-min load average {load['start']} at start, "
                f"{load['end']} at end (on {cores} cores).")
-    stopped = (settings.get("plan") or {}).get("stopped")
-    if stopped:
-        summary += (f" **Stopped early ({stopped}) after {settings['plan']['runs']} of "
-                    f"{settings['plan']['planned']} runs: the rows hold what finished.**")
+    plan = settings.get("plan") or {}
+    idle = plan.get("idle_wait") or {}
+    if idle.get("runs_waited"):
+        summary += (f" Waited {idle['waited_s']:.0f} s for an idle CPU before {idle['runs_waited']} runs, "
+                    f"{idle['gave_up']} times in vain after {idle['patience_s']:g} s: those measured beside "
+                    "other work.")
+    if plan.get("stopped"):
+        summary += (f" **Stopped early ({plan['stopped']}) after {plan['runs']} of {plan['planned']} runs: "
+                    "the rows hold what finished.**")
     return summary
 
 

@@ -239,11 +239,13 @@ WORKLOADS: dict[str, Workload] = {
                    description=f"CartPole-v1 x{n} as batched arrays/tensors on the CPU",
                    wrappers=TENSOR_WRAPPERS, group="tensor-cartpole", quick=False)
           for n, steps in ((4096, 500), (65536, 100))),
+        # Before the real ones, whose start-up takes seconds: a --quick run that its budget cuts short
+        # loses the slowest rows.
+        *_info_workloads(8, steps=1000, quick_steps=200),
         Workload("cheetah8", 8, real_envs.make_half_cheetah, 0, steps=1000, quick_steps=100, action_dims=6,
                  requires=("mujoco",), description="MuJoCo HalfCheetah-v5: a real simulator with per-step infos"),
         Workload("pong8", 8, real_envs.make_pong, 6, steps=300, quick_steps=40, requires=("ale_py", "cv2"),
                  description="Atari Pong, AtariPreprocessing and 4 frames stacked: big obs and infos"),
-        *_info_workloads(8, steps=1000, quick_steps=200),
         *_info_workloads(64, steps=300, quick_steps=40),
         *_info_workloads(256, steps=100, quick_steps=15),
     )

@@ -28,6 +28,7 @@ from benchmarks.registry import (
     WRAPPERS,
     EnvFactory,
     Runner,
+    Unsupported,
     default_wrappers,
     env_steps,
     ray_cluster,
@@ -324,7 +325,7 @@ class EnvPoolRunner(Runner):
 
         twin = ENVPOOL_TWINS.get(factories[0])
         if twin is None:
-            raise ValueError(f"EnvPool has no twin of {factories[0]!r} (benchmarks/real_envs.py)")
+            raise Unsupported(f"EnvPool has no twin of {factories[0]!r} (benchmarks/real_envs.py)")
         self.task, self.options, self.num_envs = twin.task, twin.options, len(factories)
         self.venv: Any = None
 

@@ -156,6 +156,8 @@ def test_the_infos_workload_and_its_twin_measure_and_compare(no_leaks):
         assert row["error"] is None and len(row["rates"]) == 2 and row["parent_cpu_us_per_env_step_median"] > 0
     assert rows[0]["against_twin"]["twin"] == "noinfos8" and rows[1]["against_twin"] is None
     assert "| infos8 | parallelenv-dummy | noinfos8 |" in report.markdown(rows, _meta())
+    # EnvPool has only its own envs: named on another workload, it is a skip (so too where it is not installed).
+    assert measure(WORKLOADS["infos8"], WRAPPERS["envpool"], steps=5, repeats=1).skipped
 
 
 def test_parallel_efficiency_is_over_cores_times_the_fastest_in_process_wrapper():
