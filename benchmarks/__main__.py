@@ -83,17 +83,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.quick and given_workloads is None:
         args.workloads = [name for name in args.workloads if WORKLOADS[name].quick]
     args.wrappers = _names(parser, args.wrappers, WRAPPERS, "wrapper", ALIASES) if args.wrappers else None
-    if args.repeats is None:
-        args.repeats = 1 if args.quick else 3
+    _fill_defaults(args)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    return args
+
+
+def _fill_defaults(args: argparse.Namespace) -> None:
+    """The settings left unset take a full run's values, or a quick one's."""
+    quick = args.quick
+    if args.repeats is None:
+        args.repeats = 1 if quick else 3
     if args.timeout is None:
-        args.timeout = 60.0 if args.quick else 600.0
-    if args.budget is None and args.quick:
+        args.timeout = 60.0 if quick else 600.0
+    if args.budget is None and quick:
         args.budget = QUICK_BUDGET_S
     if args.wait_idle is None:
-        args.wait_idle = 0.0 if args.quick else WAIT_IDLE_S
-    return args
+        args.wait_idle = 0.0 if quick else WAIT_IDLE_S
 
 
 def _names(parser: argparse.ArgumentParser, given: list[str] | None, valid: dict[str, Any],
