@@ -37,17 +37,38 @@ def helper_pids() -> set[int]:
 
 
 def descendants() -> tuple[list[psutil.Process], list[psutil.Process]]:
-    """Our live descendants, as (ours, Ray's): Ray starts and reaps its own (its cluster, its actors)."""
+    """Our live descendants, as (ours, Ray's): Ray starts and reaps its own (its cluster, its actors).
+
+    Told apart by the child of ours each descends from, not by their own
+    command lines: once Ray is imported, the forkserver passes its paths
+    (``.../ray/thirdparty_files``) to every worker it starts.
+    """
     helpers = helper_pids()
     ours, rays = [], []
-    for process in psutil.Process().children(recursive=True):
+    for child in psutil.Process().children():
         try:
-            if process.pid in helpers or process.status() == psutil.STATUS_ZOMBIE:
-                continue
-            (rays if any("ray" in part for part in process.cmdline()) else ours).append(process)
+            tree = child.children(recursive=True)
+            if child.pid in helpers:
+                ours += tree
+            elif any("ray" in part for part in child.cmdline()):
+                rays += [child, *tree]
+            else:
+                ours += [child, *tree]
         except psutil.NoSuchProcess:
             pass  # ended while we looked
-    return ours, rays
+    return live(ours), live(rays)
+
+
+def live(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``processes`` still running (a zombie has ended: its parent has yet to reap it)."""
+    running = []
+    for process in processes:
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                running.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return running
 
 
 def segments() -> set[str]:

@@ -166,14 +166,8 @@ def _leftover_verdicts(children_before: set[int], segments_before: set[str], wor
         except psutil.NoSuchProcess:
             pass
     _, alive = psutil.wait_procs(set(started), timeout=GONE_WITHIN_S)
-    alive = [p for p in alive if _running(p)]
+    alive = resources.live(alive)
     left = resources.segments() - segments_before
     return [Verdict("processes after close()", "", 0, len(alive), 0, not alive, "none of ours, no actor"),
             Verdict("segments after close()", "", 0, len(left), 0, not left, "none of ours in /dev/shm")]
 
-
-def _running(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

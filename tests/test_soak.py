@@ -33,7 +33,7 @@ from soak.run import _log_verdict, soak  # noqa: E402
 # replaces every actor at once), fewer envs and fewer kinds of fault: test_healing soaks them all.
 SHORT = {
     "dummy": (3, dict(fault_every=1_000)),
-    "subproc": (6, dict(fault_every=100, leak_kb=128, recycle_headroom_mb=16, call_timeout=2.0)),
+    "subproc": (6, dict(fault_every=100, leak_kb=256, recycle_headroom_mb=16, call_timeout=2.0)),
     "ray": (4, dict(num_envs=4, faults=("step raises", "reset raises", "killed"), fault_every=20, recycle_steps=40)),
     "ray-subproc": (4, dict(num_envs=4, faults=("step raises", "reset raises", "killed"), fault_every=20,
                             recycle_steps=40)),
@@ -51,6 +51,7 @@ def check_short_soak(para_mode: str) -> None:
         assert outcome.logged[WORKER_RECYCLED] >= 1, table
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("para_mode", ["dummy", "subproc"])
 def test_a_short_soak_stays_flat(para_mode):
@@ -58,6 +59,7 @@ def test_a_short_soak_stays_flat(para_mode):
 
 
 @pytest.mark.skipif(not HAS_RAY, reason="needs ray (pip install -e '.[ray]')")
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("para_mode", ["ray", "ray-subproc"])
 def test_a_short_soak_on_ray_stays_flat(ray_session, para_mode):
