@@ -30,13 +30,14 @@ from soak.run import _log_verdict, soak  # noqa: E402
 
 # Seconds per backend, going on until each kind of fault was injected once; recycles often enough
 # that one happens before. On Ray, where a new actor takes seconds (and recycling by steps
-# replaces every actor at once), fewer envs and fewer kinds of fault: test_healing soaks them all.
+# replaces every actor at once), two envs and fewer kinds of fault: test_healing soaks them all.
+RAY_FAULTS = ("step raises", "reset raises", "killed")
 SHORT = {
-    "dummy": (3, dict(fault_every=1_000)),
-    "subproc": (6, dict(fault_every=100, leak_kb=256, recycle_headroom_mb=16, call_timeout=2.0)),
-    "ray": (4, dict(num_envs=4, faults=("step raises", "reset raises", "killed"), fault_every=20, recycle_steps=40)),
-    "ray-subproc": (4, dict(num_envs=4, faults=("step raises", "reset raises", "killed"), fault_every=20,
-                            recycle_steps=40)),
+    "dummy": (2, dict(fault_every=1_000)),
+    "subproc": (4, dict(fault_every=100, leak_kb=256, recycle_headroom_mb=16, call_timeout=2.0)),
+    "ray": (3, dict(num_envs=2, faults=RAY_FAULTS, fault_every=20, recycle_steps=40)),
+    "ray-subproc": (3, dict(num_envs=2, options={"num_actors": 2, "num_workers_per_actor": 1}, faults=RAY_FAULTS,
+                            fault_every=20, recycle_steps=40)),
 }
 
 
