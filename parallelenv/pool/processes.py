@@ -126,8 +126,13 @@ class ProcessFleet:
         for worker in workers:
             self.send(worker, Close())
         deadline = time.monotonic() + CLOSE_GRACE_S
-        for worker in workers:
-            worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
+        closing = [worker for worker in workers if worker.died is None]
+        while closing and time.monotonic() < deadline:
+            # Replies nobody will read are read all the same: a worker blocked writing a
+            # batch into a full pipe would never reach the Close behind it.
+            for worker in {w for w, _ in self.wait(closing, deadline - time.monotonic())}:
+                if worker.died is not None:
+                    closing.remove(worker)
         for worker in workers:
             self.kill(worker)
         if self._shared is not None:

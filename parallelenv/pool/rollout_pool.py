@@ -61,6 +61,7 @@ class _Slot:
     version: int = 0  # the policy version it last said it acts with
     restarts: int = 0
     started: bool = False
+    env_updates: list[UpdateEnvs] = field(default_factory=list)  # replayed, in order, by a replacement
 
 
 class RolloutPool:
@@ -134,6 +135,7 @@ class RolloutPool:
         self.num_workers, self.num_envs, self.mode = num_workers, len(sources), mode
         self.backend, self.seed = backend, seed
         self.chunk_steps, self.prefetch, self.call_timeout = int(chunk_steps), int(prefetch), call_timeout
+        self._start_timeout = float(start_timeout)
         self._healing = Healing("restart", "raise", max_restarts, restart_window)
         groups = Groups(self.num_envs, num_workers).members
         self._workers_text = f"workers 0-{num_workers - 1}" if num_workers > 1 else "worker 0"
@@ -160,8 +162,7 @@ class RolloutPool:
             for index, ids in enumerate(groups):
                 self._slots.append(_Slot(index, tuple(ids), None))
                 self._start(self._slots[-1])
-            deadline = time.monotonic() + start_timeout
-            self._pump(lambda: all(slot.started for slot in self._slots), deadline, "build their envs")
+            self._pump(lambda: all(slot.started for slot in self._slots))
         except BaseException:
             self.close()
             raise
@@ -188,7 +189,7 @@ class RolloutPool:
         target = self.prefetch if self.mode == "async" else 1
         while sum(part.env_steps for _, part in self._ready if isinstance(part.data, Transitions)) < num_samples:
             self._keep_busy(target)
-            self._pump_once(None)
+            self._pump_once()
         if self.mode == "async":
             self._keep_busy(target)
         return self._samples(self._take(None))
@@ -221,7 +222,7 @@ class RolloutPool:
             self._send(slot, request, payload)
         if wait:
             version = self.version
-            self._pump(lambda: all(slot.version >= version for slot in self._slots), None, "load the weights")
+            self._pump(lambda: all(slot.version >= version for slot in self._slots))
         return self.version
 
     def update_env(self, env_update: Any) -> None:
@@ -233,7 +234,8 @@ class RolloutPool:
             raise ValueError(f"env_update must be a mapping or a list of {self.num_workers} (one per worker)")
         for slot, update in zip(self._slots, updates, strict=True):
             if update is not None:
-                self._send(slot, UpdateEnvs(update))
+                slot.env_updates.append(UpdateEnvs(update))
+                self._send(slot, slot.env_updates[-1])
 
     @property
     def failures(self) -> list[Any]:
@@ -242,7 +244,7 @@ class RolloutPool:
 
     def pids(self) -> list[int]:
         """The process of each worker (for Ray: of each actor, on its node)."""
-        return [slot.handle.pid for slot in self._slots if slot.handle is not None]
+        return [slot.handle.pid for slot in self._slots if getattr(slot.handle, "pid", None) is not None]
 
     def nodes(self) -> list[str]:
         """The Ray node of each worker ("" for processes)."""
@@ -292,6 +294,8 @@ class RolloutPool:
         self._send(slot, Start())
         if self._weights is not None:  # a replacement loads the weights sent since the policy
             self._send(slot, *self._weights)
+        for update in slot.env_updates:  # and has the envs its predecessor had
+            self._send(slot, update)
 
     def _seeds(self, slot: _Slot) -> Any:
         if slot.restarts == 0 or self.seed is None:
@@ -308,7 +312,7 @@ class RolloutPool:
         for slot in self._slots:
             self._send(slot, request, call=self._calls)
         call = self._calls
-        self._pump(lambda: sum(1 for c, _ in self._ready if c == call) == self.num_workers, None, describe(request))
+        self._pump(lambda: sum(1 for c, _ in self._ready if c == call) == self.num_workers)
         return call
 
     def _keep_busy(self, target: int) -> None:
@@ -329,24 +333,25 @@ class RolloutPool:
         lost, self._lost = self._lost, []
         return Samples(tuple(parts), tuple(lost))
 
-    def _pump(self, done: Callable[[], bool], deadline: float | None, what: str) -> None:
+    def _pump(self, done: Callable[[], bool]) -> None:
         while not done():
-            if deadline is not None and time.monotonic() > deadline:
-                stuck = [slot.index for slot in self._slots if slot.sent]
-                self.close()
-                raise PoolWorkerError(stuck[0] if stuck else 0, self._slots[stuck[0] if stuck else 0].env_ids,
-                                      what, "TimeoutError", f"workers {stuck} did not {what} in time")
-            self._pump_once(deadline)
+            self._pump_once()
 
-    def _pump_once(self, deadline: float | None) -> None:
+    def _pump_once(self) -> None:
         by_handle = {id(slot.handle): slot for slot in self._slots}
-        timeout = POLL_S if deadline is not None or self.call_timeout is not None else None
+        starting = any(not slot.started for slot in self._slots)
+        timeout = POLL_S if starting or self.call_timeout is not None else None
         for handle, reply in self._fleet.wait([slot.handle for slot in self._slots], timeout):
             slot = by_handle.get(id(handle))
             if slot is not None and slot.handle is handle:  # not a worker replaced in this same wait
                 self._on_reply(slot, reply)
+        now = time.monotonic()
+        for slot in self._slots:  # a replacement Ray cannot place (no resources left) must not wait forever
+            if not slot.started and slot.sent and now - slot.sent[0].when > self._start_timeout:
+                self.close()
+                raise PoolWorkerError(slot.index, slot.env_ids, "building its envs and policy", "TimeoutError",
+                                      f"it did not start within start_timeout={self._start_timeout:g} s")
         if self.call_timeout is not None:
-            now = time.monotonic()
             for slot in self._slots:
                 if slot.sent and slot.started and now - slot.sent[0].when > self.call_timeout:
                     self._replace(slot, f"it did not answer within call_timeout={self.call_timeout:g} s",
@@ -376,14 +381,18 @@ class RolloutPool:
         """A new worker in the dead one's place, with fresh seeds and the current weights; what the
         dead one was collecting is logged as lost and asked of the new one."""
         what = f"worker {slot.index}: {reason}"
-        lost = [s for s in slot.sent if isinstance(s.request, (Collect, CollectEpisodes))]
-        if not slot.started or not self._healing.admit(slot.env_ids, kind, what):
+        if not slot.started and slot.restarts == 0:  # the pool's own start: its caller learns why
             self.close()
-            if not slot.started:
-                raise PoolWorkerError(slot.index, slot.env_ids, "building its envs and policy", "WorkerDied", reason)
+            raise PoolWorkerError(slot.index, slot.env_ids, "building its envs and policy", "WorkerDied", reason)
+        if not self._healing.admit(slot.env_ids, kind, what):
+            self.close()
             raise self._healing.over_budget(list(slot.env_ids), what)
-        self._lost.extend(LostWork(slot.index, slot.env_ids, s.policy_version, describe(s.request), reason)
-                          for s in lost)
+        lost = [s for s in slot.sent if isinstance(s.request, (Collect, CollectEpisodes))]
+        # A replacement that died before it started (placed on a node not yet known to be lost)
+        # had begun nothing: its requests are the ones already reported.
+        if slot.started:
+            self._lost.extend(LostWork(slot.index, slot.env_ids, s.policy_version, describe(s.request), reason)
+                              for s in lost)
         self._fleet.kill(slot.handle)
         slot.restarts += 1
         slot.sent = deque()
