@@ -159,13 +159,11 @@ def _worker_verdicts(samples: list[Sample], profile: Profile, recycle: Recycling
 
 def _leftover_verdicts(children_before: set[int], segments_before: set[str], workers: set[int]) -> list[Verdict]:
     """Nothing the ParallelEnv started outlives its close(): no child, no worker or actor, no segment."""
-    started = [process for process in resources.descendants()[0] if process.pid not in children_before]
-    for pid in workers:
-        try:
-            started.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(set(started), timeout=GONE_WITHIN_S)
+    ours, rays = resources.descendants()
+    # Ray's processes are ours by descent too: a pid of a worker seen alive that is not among them
+    # ended, and was given to another process since.
+    started = [p for p in ours if p.pid not in children_before] + [p for p in rays if p.pid in workers]
+    _, alive = psutil.wait_procs(started, timeout=GONE_WITHIN_S)
     alive = resources.live(alive)
     left = resources.segments() - segments_before
     return [Verdict("processes after close()", "", 0, len(alive), 0, not alive, "none of ours, no actor"),
