@@ -129,6 +129,14 @@ class Failure:
     exc_type: str
     message: str
     traceback: str
+    # The exception itself while the failure stays in the process that raised it (an env run in
+    # the caller: dummy, tensor): the caller's EnvError is chained to it, frames and all, so that
+    # a debugger's post-mortem reaches the env's code. It never travels (see __getstate__).
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A traceback cannot be pickled, and an exception of the env's own class may not unpickle.
+        return {name: value for name, value in self.__dict__.items() if name != "exception"}
 
     @classmethod
     def from_exception(cls, env_index: int, method: str, exc: BaseException) -> Failure:
@@ -140,12 +148,23 @@ class Failure:
             exc_type=f"{exc_cls.__module__}.{exc_cls.__qualname__}".removeprefix("builtins."),
             message=str(exc),
             traceback="".join(traceback.format_exception(exc)),
+            exception=exc,
         )
 
     def error(self) -> EnvError:
-        """The :class:`EnvError` to raise in the caller, its remote traceback chained."""
+        """The :class:`EnvError` to raise in the caller, chained to the env's exception where it was
+        raised in this process, else to its remote traceback.
+
+        In this process the EnvError also carries the env's frames at the end of
+        its own traceback, so that ``pdb.pm()`` and ``sys.last_traceback``, which
+        follow the error raised rather than its cause, land in the env's code.
+        """
         error = EnvError.of(self.env_index, self.method, self.exc_type, self.message, self.traceback)
-        error.__cause__ = RemoteTraceback(self.traceback)
+        if self.exception is not None:
+            error.__cause__ = self.exception
+            error.__traceback__ = self.exception.__traceback__
+        else:
+            error.__cause__ = RemoteTraceback(self.traceback)
         return error
 
     def raise_error(self) -> NoReturn:

@@ -61,7 +61,7 @@ class ParallelEnv:
         num_cpus: cores for this ParallelEnv; default: all of this machine's
             (for the Ray backends: all of the cluster's).
         num_gpus: GPUs for the Ray backends, spread over their actors (fractions allowed).
-        no_warning: silence the warnings raised inside the envs.
+        no_warning: silence every warning where envs are built and run, Gymnasium's too (a bad ``render_mode``).
         call_timeout: seconds an env call may take before its worker is
             declared hung, killed, and :class:`~parallelenv.WorkerTimeoutError`
             raised; None waits forever.

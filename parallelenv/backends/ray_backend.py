@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import pickle
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -76,6 +76,8 @@ class RayBackend:
         self._ray = ray_cluster.acquire(self)
         self._actors: list[_Actor] = []
         self._pending: dict[Any, _Pending] = {}
+        # The types of the keys that the actors' info columns hold (GroupHost.run): see Received.info_kinds.
+        self.info_kinds: dict[str, type] = {}
         self._closed = False
         self._restarts = config.policy.restarts_finished_envs
         try:
@@ -234,6 +236,8 @@ class RayBackend:
                 continue
             if rows is not None:
                 self._store(np.array(reply.env_ids), rows)
+                if rows.info_kinds:
+                    self.info_kinds.update(rows.info_kinds)
             replies.append(reply)
         if death is not None:
             death.replies_before_death = replies  # the living actors' answers are the caller's all the same
@@ -247,8 +251,10 @@ class RayBackend:
             return self._get(ref, pending.actor)
         except self._ray.exceptions.RayTaskError as error:
             cause = error.as_instanceof_cause() if hasattr(error, "as_instanceof_cause") else error
+            # Raised in the actor: its frames are not here, so the failure carries their text only.
             failures = tuple(
-                Failure.from_exception(i, method_name(pending.call), cause) for i in pending.call.env_ids
+                replace(Failure.from_exception(i, method_name(pending.call), cause), exception=None)
+                for i in pending.call.env_ids
             )
             return Done(type(pending.call), pending.call.env_ids, {}, failures)
 
