@@ -35,7 +35,13 @@ def env_ids(id: Any, num_envs: int) -> np.ndarray:
         raise ValueError("id names no env")
     seen: set[int] = set()
     for item in items:
-        if not 0 <= item < num_envs:
+        if item < 0:
+            # Not taken as counting from the end, as a list index would be: an index gone wrong would
+            # then quietly name another env.
+            counted = f"; for the env it would name as a list index, use {num_envs + item}" if item >= -num_envs else ""
+            raise ValueError(f"id {item} is negative: ids are env indices from 0 to {num_envs - 1}, and negative "
+                             f"ids are not taken as counting from the end{counted}")
+        if item >= num_envs:
             raise ValueError(f"id {item} is out of range for {num_envs} envs")
         if item in seen:
             raise ValueError(f"id {item} is given more than once")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar, Union
 
-from parallelenv.errors import EnvError, RemoteTraceback
+from parallelenv.errors import EnvError, RemoteTraceback, SharedEnvError
 
 PER_ENV = {"per_env": True}
 
@@ -168,6 +168,8 @@ class Failure:
         return error
 
     def raise_error(self) -> NoReturn:
+        if isinstance(self.exception, SharedEnvError):
+            raise self.exception  # a check of ours, made in this process: no env raised it
         raise self.error()
 
 

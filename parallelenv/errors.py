@@ -154,6 +154,8 @@ BUILT_IN_KINDS: dict[str, type[EnvError]] = {
     "AssertionError": EnvAssertionError,
     "NotImplementedError": EnvNotImplementedError,
     "ZeroDivisionError": EnvZeroDivisionError,
+    # Where one process builds one env twice, a worker's refusal reaches the caller as an env's.
+    "parallelenv.errors.SharedEnvError": EnvValueError,
 }
 
 

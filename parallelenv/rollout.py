@@ -406,5 +406,5 @@ def _progress(steps: Iterable[int], show: bool) -> Iterator[int]:
     try:
         from tqdm.auto import tqdm
     except ImportError as exc:
-        raise ImportError("progress=True needs tqdm: pip install tqdm") from exc
+        raise ImportError("progress=True needs tqdm: pip install 'parallelenv[demo]' (or pip install tqdm)") from exc
     return iter(tqdm(steps, desc="collect", unit="step"))

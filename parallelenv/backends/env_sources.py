@@ -13,6 +13,7 @@ import gymnasium as gym
 
 from parallelenv.backends import pickling
 from parallelenv.calls import Failure
+from parallelenv.errors import SharedEnvError
 
 EnvSource = Any  # a gym.Env, or a zero-argument callable returning one
 
@@ -21,10 +22,10 @@ def env_list(envs: Any) -> list[EnvSource]:
     """The user's ``envs`` as a list of env sources, checked where the user gave them.
 
     A TypeError says what a CPU backend takes. One env instance given as two
-    entries (also under other wrappers) is an :class:`~parallelenv.EnvError`
-    for ``make``, as :func:`make_envs` reports it, raised before any env is
-    sent anywhere: a process backend would pickle each entry on its own, and
-    the copies would hide it. Factories cannot be compared here: their envs
+    entries (also under other wrappers) is a
+    :class:`~parallelenv.errors.SharedEnvError` (a ValueError of ours: no env
+    raised it), raised before any env is sent anywhere: a process backend
+    would pickle each entry on its own, and the copies would hide it. Factories cannot be compared here: their envs
     exist once called, which a process backend does in its workers, each on
     its own unpickled copy of the factory. There an env that several
     factories share arrives as copies, each its own env; it is refused where
@@ -34,10 +35,7 @@ def env_list(envs: Any) -> list[EnvSource]:
     given: dict[int, int] = {}
     for env_id, source in enumerate(sources):
         if isinstance(source, gym.Env):
-            try:
-                refuse_shared_env(source, env_id, given)
-            except ValueError as exc:
-                Failure.from_exception(env_id, "make", exc).raise_error()
+            refuse_shared_env(source, env_id, given)
     return sources
 
 
@@ -86,10 +84,10 @@ def make_envs(sources: Sequence[EnvSource], first_id: int) -> list[gym.Env] | Fa
 
 
 def refuse_shared_env(env: gym.Env, env_id: int, built: dict[int, int]) -> None:
-    """Record ``env`` as env ``env_id`` in ``built``, or raise a ValueError naming the env it already is."""
+    """Record ``env`` as env ``env_id`` in ``built``, or raise a SharedEnvError naming the env it already is."""
     first = built.setdefault(id(env.unwrapped), env_id)
     if first != env_id:
-        raise ValueError(
+        raise SharedEnvError(
             f"env {env_id} is the same env instance as env {first} ({env.unwrapped!r}): each entry of envs needs "
             "its own env. Pass factories that build a new env on each call, not one env twice or a factory that "
             "returns the same env every time"

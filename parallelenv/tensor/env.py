@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from parallelenv.devices import torch_device
 from parallelenv.tensor.random import CounterRNG
 
 StepTensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -124,7 +125,7 @@ class TensorEnv:
         if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r}; use a positive int")
         self.num_envs = num_envs
-        self.device = default_device() if device is None else torch.device(device)
+        self.device = default_device() if device is None else torch_device(device)
         self.rng = CounterRNG(num_envs, self.device)
         obs_space, action_space = self.single_observation_space, self.single_action_space
         self.obs = torch.zeros(batch_shape(obs_space, num_envs), dtype=torch_dtype(obs_space), device=self.device)

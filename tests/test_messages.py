@@ -1,0 +1,93 @@
+"""The library speaks for itself: a missing extra, a device torch cannot give, our own checks, negative ids."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+from envs import CountingEnv, counting
+
+from parallelenv import EnvError, ParallelEnv, ParallelEnvError
+from parallelenv.errors import SharedEnvError
+
+# What a user without an extra runs, and the extra it needs.
+WITHOUT = {
+    "sb3": ("stable_baselines3", "import parallelenv.integrations.sb3"),
+    "ray": ("ray", "from parallelenv import ParallelEnv; ParallelEnv.make('CartPole-v1', 2, para_mode='ray')"),
+    "torch, tensor backend": ("torch", "import parallelenv.tensor"),
+    "torch, output": ("torch", "from parallelenv import ParallelEnv; ParallelEnv.make('CartPole-v1', 2, output='torch')"),
+    "tqdm": ("tqdm", "from parallelenv.rollout import _progress; _progress(range(3), True)"),
+}
+EXTRA = {"stable_baselines3": "sb3", "ray": "ray", "torch": "torch", "tqdm": "demo"}
+
+HIDDEN = """
+import sys
+sys.modules[sys.argv[1]] = None  # as if it were not installed: importing it raises ModuleNotFoundError
+try:
+    exec(sys.argv[2])
+except ImportError as error:
+    print(type(error).__name__, error)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", list(WITHOUT))
+def test_a_missing_extra_says_which_to_install(case):
+    module, code = WITHOUT[case]
+    done = subprocess.run([sys.executable, "-c", HIDDEN, module, code], capture_output=True, text=True, timeout=50)
+    assert done.returncode == 0, done.stderr
+    assert f"pip install 'parallelenv[{EXTRA[module]}]'" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("machine", ["a CPU-only torch", "no GPU", "fewer GPUs"])
+def test_cuda_that_torch_cannot_give_is_said_in_our_words(monkeypatch, machine):
+    torch = pytest.importorskip("torch")
+    from parallelenv.envs import CartPole
+
+    built, available, count = {"a CPU-only torch": (False, False, 0), "no GPU": (True, False, 0),
+                               "fewer GPUs": (True, True, 1)}[machine]
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: built)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    device = "cuda:1" if machine == "fewer GPUs" else "cuda"
+    why = {"a CPU-only torch": "is a CPU-only build. Install a CUDA build of torch", "no GPU": "finds no CUDA GPU",
+           "fewer GPUs": "has 1 CUDA GPU"}[machine]
+    with pytest.raises(ValueError, match=rf"device='{device}' asks for a CUDA GPU, but .*{why}.*pass device='cpu'"):
+        CartPole(2, device=device)
+    with pytest.raises(ValueError, match=why):
+        ParallelEnv.make("CartPole-v1", 2, para_mode="tensor", device=device)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shape", ["instance twice", "instance and a wrapper of it"])
+def test_one_env_given_twice_is_our_check_not_an_envs_error(make_penv, backend, shape):
+    if backend == "tensor":
+        pytest.skip("the tensor backend takes one batched env")
+    env = CountingEnv(1)
+    envs = {"instance twice": [counting(0), env, env],
+            "instance and a wrapper of it": [counting(0), env, gym.wrappers.TimeLimit(env, 5)]}[shape]
+    with pytest.raises(SharedEnvError, match="env 2 is the same env instance as env 1") as caught:
+        make_penv(envs)
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, ParallelEnvError)
+    assert not isinstance(caught.value, EnvError)  # no env raised it, and make() did not fail
+
+
+def test_factories_of_one_env_built_in_the_caller_are_our_check_too(no_leaks):
+    env = CountingEnv(1)
+    with pytest.raises(SharedEnvError, match="env 2 is the same env instance as env 1"):
+        ParallelEnv([counting(0), lambda: env, lambda: env], para_mode="dummy")
+
+
+@pytest.mark.parametrize("call", ["step", "reset", "get_env_attr", "send"])
+def test_a_negative_id_is_explained(no_leaks, call):
+    with ParallelEnv([counting(i) for i in range(4)]) as penv:
+        penv.reset(seed=0)
+        run = {"step": lambda: penv.step([1], id=[-1]), "reset": lambda: penv.reset(id=-1),
+               "get_env_attr": lambda: penv.get_env_attr("tag", id=[0, -1]), "send": lambda: penv.send([1], id=-1)}
+        with pytest.raises(ValueError, match=r"id -1 is negative: ids are env indices from 0 to 3, and negative ids "
+                                             r"are not taken as counting from the end; .* use 3"):
+            run[call]()
+        with pytest.raises(ValueError, match=r"id -5 is negative: ids are env indices from 0 to 3, .* end$"):
+            penv.step([1], id=[-5])
