@@ -117,6 +117,8 @@ class InFlight:
                 if not live.all():
                     finished = selection.ids[~live]
                     self.ledger.none_results(finished)
+                    if self._buffers.info_columns is not None:  # their rows hold the infos of a step handed over
+                        self._buffers.info_columns.forget(finished)
                     self._none_result[finished] = True
                     actions = take(actions, live)
                     selection = selection.without(~live)
@@ -220,7 +222,16 @@ class InFlight:
             infos = {i: self._infos.pop(i) for i in selection.env_ids if i in self._infos} if self._infos else {}
         self.ledger.received(selection)
         batched_info, self._batched_infos = join_batched_infos(self._batched_infos, selection, self.arrays)
-        received = Received(infos, batched_info, none_result)
+        columns = self._buffers.info_columns
+        kinds = None
+        if columns is not None and columns.columns:
+            in_columns = columns.vector(self.arrays.rows(selection))
+            if in_columns:
+                batched_info = in_columns if batched_info is None else {**batched_info, **in_columns}
+                kinds = columns.kinds
+        elif batched_info is not None:
+            kinds = getattr(self.backend, "info_kinds", None)  # columns read where the envs run (ray-subproc)
+        received = Received(infos, batched_info, none_result, info_kinds=kinds)
         add_ended(received, self._buffers.ended, self._buffers.ended_obs, selection)
         return received
 

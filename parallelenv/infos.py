@@ -101,6 +101,12 @@ def python_dtypes_as_python(item: Any) -> Any:
     return item.item() if isinstance(item, np.generic) and item.dtype in _PYTHON_SCALAR_DTYPES else item
 
 
+def as_kind(kind: type, item: Any) -> Any:
+    """An entry of an info column (backends.info_columns) as the env gave it, whose type was ``kind``:
+    Python's numbers as Python's, NumPy's scalars and arrays as they are."""
+    return item.item() if kind in _SCALARS else item
+
+
 def env_info(
     vector: Mapping[str, Any], position: int, scalars: Callable[[Any], Any] = numpy_scalars_as_python
 ) -> dict[str, Any]:

@@ -6,6 +6,7 @@ mask the front object passes, without ever calling into those envs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ from parallelenv.array_kinds import NumpyArrays, Selection
 from parallelenv.arrays import concatenate
 from parallelenv.batching import Batched, unbatch
 from parallelenv.calls import Failure
-from parallelenv.infos import env_info, every_scalar_as_python, vector_info
+from parallelenv.infos import as_kind, env_info, every_scalar_as_python, vector_info
 
 NONE_RESULT: tuple[Any, ...] = (None, None, True, False, {})
 
@@ -33,6 +34,9 @@ class Received:
     # ended, and a row each with those episodes' last obs (zeros elsewhere); None when none ended.
     ended: np.ndarray | None = None
     ended_state: np.ndarray | None = None
+    # For the keys of ``batched_info`` read from info columns, the exact type of their values
+    # (see backends.info_columns): what an env's own info gives back.
+    info_kinds: Mapping[str, type] | None = None
 
 
 @dataclass
@@ -90,7 +94,8 @@ def join_batched_infos(
     if len(stored) == 1 and stored[0][0] is selection.env_ids:  # a step of every env: the hot path
         return stored[0][1], []
     wanted = set(selection.env_ids)
-    holding = [(env_ids, info) for env_ids, info in stored if wanted.intersection(env_ids)]
+    holding = [(env_ids, _with_every_key(info, len(env_ids), stored)) for env_ids, info in stored
+               if wanted.intersection(env_ids)]
     kept = [(env_ids, info) for env_ids, info in stored if not wanted.issuperset(env_ids)]
     keys = set.intersection(*(set(info) for _, info in holding))
     joined = concatenate([{key: info[key] for key in keys} for _, info in holding])
@@ -100,6 +105,21 @@ def join_batched_infos(
         return joined, kept
     rows = arrays.reply_rows(order)
     return {key: value[rows] for key, value in joined.items()}, kept
+
+
+def _with_every_key(info: dict[str, Any], n: int, stored: list[tuple[tuple[int, ...], dict[str, Any]]]
+                    ) -> dict[str, Any]:
+    """``info`` (of ``n`` envs) with the masked NumPy keys that other replies of ``stored`` have and it
+    lacks, set for none of its envs: one host's info columns may hold a key that another's envs never set."""
+    missing = None
+    for _, other in stored:
+        for key, value in other.items():
+            if key not in info and "_" + key in other and isinstance(value, np.ndarray):
+                if missing is None:
+                    missing = dict(info)
+                missing[key] = np.zeros((n, *value.shape[1:]), dtype=value.dtype)
+                missing["_" + key] = np.zeros(n, dtype=bool)
+    return info if missing is None else missing
 
 
 def item_results(
@@ -115,7 +135,7 @@ def item_results(
     infos = received.infos
     info = vector_info(_by_position(ids, infos), n) if infos else {}
     if received.batched_info is not None:
-        info.update(received.batched_info)
+        merge_batched(info, received.batched_info, ids, infos, received.info_kinds or {})
     if received.ended is not None:
         ended = received.ended
         info["ended_state"], info["_ended_state"] = received.ended_state, ended
@@ -127,6 +147,33 @@ def item_results(
     if received.none_result is not None:
         arrays.fill_none_results(obs, step_arrays, info, received.none_result)
     return (obs, *step_arrays, info)
+
+
+def merge_batched(info: dict[str, Any], batched: dict[str, Any], ids: np.ndarray,
+                  infos: dict[int, dict[str, Any]], kinds: Mapping[str, type]) -> None:
+    """Add a vector info of batched hosts or info columns to ``info``, the one merged from the replies'
+    per-env infos, as if every env's value had come in its reply.
+
+    A key only one of them has is taken as it is. A key both have (a value
+    in its column for some envs, for others one of another type, in the
+    reply) is merged again from every env's value in env order, so that its
+    dtype is the first env's as in Gymnasium's vector infos.
+    """
+    for key, value in batched.items():
+        if key.startswith("_") and key[1:] in batched:
+            continue  # a mask, taken with its key
+        mask = batched.get("_" + key)
+        if key not in info or mask is None:
+            info[key] = value
+            if mask is not None:
+                info["_" + key] = mask
+            continue
+        entries = {p: {key: each[key]} for p, each in _by_position(ids, infos) if key in each}
+        kind = kinds.get(key)
+        for p in np.flatnonzero(mask).tolist():
+            entries[p] = {key: value[p] if kind is None else as_kind(kind, value[p])}
+        merged = vector_info(sorted(entries.items(), key=_first), len(ids))
+        info[key], info["_" + key] = merged[key], merged["_" + key]
 
 
 def _by_position(ids: np.ndarray, infos: dict[int, dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
@@ -171,6 +218,9 @@ def batch_results(
         info = received.infos.get(i, {})
         if received.batched_info is not None:
             info = {**info, **env_info(received.batched_info, p, every_scalar_as_python)}
+            for key, kind in (received.info_kinds or {}).items():
+                if key in info and key not in received.infos.get(i, ()):
+                    info[key] = as_kind(kind, received.batched_info[key][p])
         if ended[p]:
             info = {**info, "ended_state": received.ended_state[p], "reset": True}
         if env_ids is not None:

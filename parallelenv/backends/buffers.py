@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium import spaces
 
 from parallelenv.backends.handover import LEASES_HOLD_VIEWS, Handover, choose
+from parallelenv.backends.info_columns import CELL_BYTES, INFO_CELLS, InfoColumns
 from parallelenv.batching import Allocator, Batched, allocate, is_per_env_objects, private_parts
 
 
@@ -60,6 +61,9 @@ class Buffers:
     #: processes sends along with its calls and replies. Empty for fixed shapes.
     private_obs: list[np.ndarray] = field(init=False, repr=False)
     private_actions: list[np.ndarray] = field(init=False, repr=False)
+    #: Buffers whose envs run in other processes give a step's numeric infos
+    #: columns of their own (see :mod:`~parallelenv.backends.info_columns`); None elsewhere.
+    info_columns: InfoColumns | None = None
 
     def __post_init__(self) -> None:
         self.private_obs = private_parts(self.obs)
@@ -79,10 +83,11 @@ class Buffers:
     @classmethod
     def allocate(
         cls, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, alloc: Allocator,
-        restarts: bool = False, spare_obs_slots: int = 0,
+        restarts: bool = False, spare_obs_slots: int = 0, info_columns: bool = False,
     ) -> Buffers:
         """The buffers of ``num_envs`` envs; ``restarts``: with the rows of ended episodes, where they fit;
-        ``spare_obs_slots``: that many spare ``obs`` arrays (see :meth:`use_obs_slot`)."""
+        ``spare_obs_slots``: that many spare ``obs`` arrays (see :meth:`use_obs_slot`); ``info_columns``:
+        with cells for infos (see :mod:`~parallelenv.backends.info_columns`)."""
         obs = allocate(obs_space, num_envs, alloc)
         buffers = cls(
             obs=obs,
@@ -98,6 +103,9 @@ class Buffers:
             buffers.obs_slots = [obs, *(allocate(obs_space, num_envs, alloc) for _ in range(spare_obs_slots))]
             buffers.obs_leases = [None] * len(buffers.obs_slots)
             buffers.obs_memory = [memoryview(slot) for slot in buffers.obs_slots]
+        if info_columns:
+            buffers.info_columns = InfoColumns(alloc((INFO_CELLS * num_envs * CELL_BYTES,), np.dtype(np.uint8)),
+                                               alloc((INFO_CELLS, num_envs), np.dtype(np.bool_)), num_envs)
         return buffers
 
 

@@ -99,6 +99,7 @@ class EnvGroup:
         self._obs_in_rows = isinstance(obs, np.ndarray) and not is_per_env_objects(obs)
         self._small_obs = self._obs_in_rows and obs[0].nbytes <= ROW_BY_ROW_BYTES
         self._ended = buffers.ended if self.restart else None
+        self._columns = buffers.info_columns
 
     def run(self, call: Call) -> Reply:
         return self._handlers[type(call)](call)
@@ -152,16 +153,20 @@ class EnvGroup:
                     failures.append(Failure.from_exception(env_id, "reset", exc))
                     continue
             results.append(result)
+        stepped = rows
         if failures:  # the rows of the envs that raised keep what they held
             failed = {failure.env_index for failure in failures}
             ids = tuple(env_id for env_id in ids if env_id not in failed)
             rows = list(ids)
+        infos: Sequence[dict] = ()
         if results:
             observations, rewards, terminations, truncations, infos = zip(*results, strict=True)
             self._store(ids, rows, observations, rewards, terminations, truncations)
-            values = {env_id: info for env_id, info in zip(ids, infos, strict=True) if info}
+        columns = self._columns
+        if columns is not None and columns.columns:
+            values = columns.write(stepped, ids, infos)
         else:
-            values = {}
+            values = {env_id: info for env_id, info in zip(ids, infos, strict=True) if info}
         return Done(Step, call.env_ids, values, tuple(failures))
 
     def _restarted(self, env_id: int, env: gym.Env, result: tuple) -> tuple:

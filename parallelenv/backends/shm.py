@@ -63,7 +63,8 @@ def _layout(
     buffer: object,
 ) -> tuple[Buffers, int]:
     layout = BufferLayout(buffer)
-    buffers = Buffers.allocate(obs_space, action_space, num_envs, layout, restarts, spare_obs_slots)
+    buffers = Buffers.allocate(obs_space, action_space, num_envs, layout, restarts, spare_obs_slots,
+                               info_columns=True)
     return buffers, layout.size
 
 

@@ -16,6 +16,7 @@ to answer wakes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import pickle
 import select
@@ -28,7 +29,7 @@ from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from parallelenv.backends import wire
+from parallelenv.backends import info_columns, wire
 from parallelenv.backends.base import BackendConfig, available_cpus
 from parallelenv.backends.buffers import spare_obs_slots
 from parallelenv.backends.countdown import Countdown
@@ -54,6 +55,7 @@ class _Worker:
     sent: deque[tuple[int, ...]] = field(default_factory=deque)
     death: WorkerDiedError | None = None
     obs_slot: int = 0  # the buffers' obs slot the worker writes into (see Buffers.use_obs_slot)
+    knows_info_columns: bool = True  # else its next call tells it their layout
 
     def __post_init__(self) -> None:
         self.group_ids = tuple(self.env_ids)
@@ -127,6 +129,8 @@ class SubprocBackend:
         # answer: where workers are restarted, steps are read from the pipes.
         self._counts_steps = num_workers > 1 and has_cores and not config.restarts_workers
         self._counting = False  # a counted step is in flight and its countdown not yet complete
+        self._columns_learned = False
+        self._telling_columns = False  # some worker has yet to be told the info columns' layout
         # Workers attach to the shared memory and so register it with a
         # resource tracker: it must be ours, running before they start, or
         # each forked worker starts its own, which unlinks our segment when
@@ -203,7 +207,8 @@ class SubprocBackend:
         spare = spare_obs_slots(obs_space, self.num_envs, copies_results)
         self._shared = SharedBuffers.create(obs_space, action_space, self.num_envs, restarts, spare)
         self.buffers = self._shared.buffers
-        self._attach = wire.ATTACH.encode(Attach(self._shared.name, obs_space, action_space, self.num_envs, restarts, spare))
+        self._attaching = Attach(self._shared.name, obs_space, action_space, self.num_envs, restarts, spare)
+        self._attach = wire.ATTACH.encode(self._attaching)
         for worker in self._workers:
             worker.conn.send_bytes(self._attach)
         for worker in self._workers:
@@ -241,6 +246,9 @@ class SubprocBackend:
         obs_slot = self.buffers.obs_slot
         messages = [wire.encode_call(worker_call, worker.group_ids, counted, self.buffers, worker.obs_slot)
                     for worker, worker_call in routed]
+        if self._telling_columns:
+            messages = [self._with_info_columns(worker, message) for (worker, _), message in zip(routed, messages,
+                                                                                                strict=True)]
         if counted:
             self._countdown.arm()
             self._counting = True  # until collect has every answer: quiet ones reach it through the countdown only
@@ -255,6 +263,27 @@ class SubprocBackend:
                 if worker.death is None:
                     self._lost(worker)
                     self._unreported.append(worker)
+
+    def _with_info_columns(self, worker: _Worker, message: bytes) -> bytes:
+        """``message``, behind the layout of the info columns if the worker has not been told it yet."""
+        if worker.knows_info_columns:
+            return message
+        worker.knows_info_columns = True
+        self._telling_columns = any(not w.knows_info_columns for w in self._workers)
+        return wire.INFO_COLUMNS.encode(self.buffers.info_columns.columns, message)
+
+    def _learn_info_columns(self, reply: Done) -> None:
+        """Give the numeric keys of the first step reply with infos columns (see info_columns.learn)."""
+        self._columns_learned = True
+        columns = info_columns.learn(reply.values.values())
+        if not columns:
+            return
+        self.buffers.info_columns.lay_out(columns)
+        self._attaching = dataclasses.replace(self._attaching, info_columns=columns)
+        self._attach = wire.ATTACH.encode(self._attaching)  # what a worker started from now on is told
+        for worker in self._workers:
+            worker.knows_info_columns = False
+        self._telling_columns = True
 
     def _is_step_of_all(self, call: Call) -> bool:
         return type(call) is Step and call.env_ids == self._all_ids
@@ -285,10 +314,14 @@ class SubprocBackend:
                     continue  # its pipe and sentinel may both be in this poll's events
                 if not is_sentinel:
                     try:
-                        replies.append(wire.decode_reply(worker.conn.recv_bytes(), worker.sent.popleft(), self.buffers))
-                        continue
+                        reply = wire.decode_reply(worker.conn.recv_bytes(), worker.sent.popleft(), self.buffers)
                     except (EOFError, OSError):
                         pass
+                    else:
+                        if not self._columns_learned and reply.values and reply.call_type is Step:
+                            self._learn_info_columns(reply)
+                        replies.append(reply)
+                        continue
                 self._lost(worker)
                 dead.append(worker)
         if dead:

@@ -20,6 +20,10 @@ a few envs, or one half of them in overlapped collection) is the header and
 their ids as 32-bit integers: pickling it costs the parent tens of
 microseconds.
 
+A step's numeric infos go into columns of the shared buffers once the
+parent has learned them (:mod:`parallelenv.backends.info_columns`): it tells
+each worker their layout in front of its next call.
+
 Shared buffers may hand observations over in turns (see
 ``Buffers.use_obs_slot``): a step of a whole group names the slot its
 observations go to in a second byte, and any other call that must write
@@ -254,6 +258,18 @@ def _read_switched(data: bytes, reader: CallReader) -> tuple[Any, bool]:
     return decode_call(data[2:], reader)
 
 
+def _with_columns(columns: tuple[Any, ...], message: bytes) -> bytes:
+    layout = pickle.dumps(columns, protocol=pickle.HIGHEST_PROTOCOL)
+    return len(layout).to_bytes(4, "little") + layout + message
+
+
+def _read_with_columns(data: bytes, reader: CallReader) -> tuple[Any, bool]:
+    assert reader.buffers is not None and reader.buffers.info_columns is not None, "info columns need the buffers"
+    size = int.from_bytes(data[1:5], "little")
+    reader.buffers.info_columns.lay_out(pickle.loads(data[5:5 + size]))
+    return decode_call(data[5 + size:], reader)
+
+
 def _read_close(data: bytes, reader: CallReader) -> tuple[None, bool]:
     return None, False
 
@@ -384,6 +400,8 @@ COUNTED_STEP_WITH_ROWS = Kind("counted step of the worker's whole group with its
                               _step_with_rows, _read_counted_step_with_rows)
 CALL = Kind("any other call, pickled", b"k", True, _call, _read_pickled)
 USE_OBS_SLOT = Kind("obs slot for the call that follows", b"u", True, _switched, _read_switched)
+INFO_COLUMNS = Kind("the info columns to write from now on, for the call that follows", b"i", True, _with_columns,
+                   _read_with_columns)
 ATTACH = Kind("the shared buffers to attach to", b"a", True, encode, _read_pickled)
 CLOSE = Kind("close", b"q", True, _nothing, _read_close)
 DONE = Kind("reply", b"d", False, _sendable_pickle, _read_done)
@@ -391,7 +409,7 @@ DONE_WITH_ROWS = Kind("reply with its envs' private observation rows", b"w", Fal
                       _read_done_with_rows)
 UNREADABLE = Kind("the call could not be read", b"x", False, encode, _read_unreadable)
 KINDS = (GROUP_STEP, COUNTED_GROUP_STEP, STEP_OF_SOME, STEP_WITH_ROWS, COUNTED_STEP_WITH_ROWS, CALL, USE_OBS_SLOT,
-         ATTACH, CLOSE, DONE, DONE_WITH_ROWS, UNREADABLE)
+         INFO_COLUMNS, ATTACH, CLOSE, DONE, DONE_WITH_ROWS, UNREADABLE)
 
 
 def _by_header(to_worker: bool) -> dict[int, Kind]:

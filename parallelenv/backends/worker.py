@@ -43,6 +43,7 @@ class Attach:
     num_envs: int
     restarts: bool  # the buffers hold the rows of ended episodes (see Buffers.allocate)
     spare_obs_slots: int  # see Buffers.use_obs_slot
+    info_columns: tuple = ()  # the layout of the info columns, once the parent has learned it
 
 
 def worker_main(
@@ -73,7 +74,8 @@ def worker_main(
             attach.segment_name, attach.observation_space, attach.action_space, attach.num_envs, attach.restarts,
             attach.spare_obs_slots,
         )
-        assert shared.buffers is not None
+        assert shared.buffers is not None and shared.buffers.info_columns is not None
+        shared.buffers.info_columns.lay_out(attach.info_columns)
         group.attach(shared.buffers)
         # The envs and imports live as long as the process: keep the collector from re-scanning them.
         gc.freeze()
