@@ -133,7 +133,7 @@ def print_table(runs: list[Run], num_envs: int) -> None:
     say(
         "\nTrajectories are compared over the steps both backends ran. A CartPole step costs ~7 us, less\n"
         "than a round trip to another process: the process and Ray backends pay off on costlier envs\n"
-        "(README.rst, Benchmarks); the tensor backend on thousands of envs."
+        "(README.rst's Benchmarks; docs/guide/performance.rst); the tensor backend on thousands of envs."
     )
     if any(run.mode.startswith("ray") for run in runs):
         say("The first Ray backend's start-up includes connecting to Ray, or starting a local cluster.")

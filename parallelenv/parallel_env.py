@@ -53,11 +53,11 @@ class ParallelEnv:
             caller, one after another), ``"subproc"``, ``"ray"``,
             ``"ray-subproc"``, ``"tensor"`` (``envs`` is then one
             :class:`~parallelenv.tensor.TensorEnv`), or a name given to
-            :func:`~parallelenv.register_backend`. README.rst says which to pick.
+            :func:`~parallelenv.register_backend`. :doc:`/guide/backends` says which to pick.
         asynchronous: what happens to envs that finish at different times:
             ``None`` (the default: when one env finishes, all are finished
-            until ``reset``), ``"idle"``, ``"restart"`` or ``"continue"`` (see
-            README). Training loops usually want ``"restart"``.
+            until ``reset``), ``"idle"``, ``"restart"`` or ``"continue"``
+            (:doc:`/guide/policies`). Training loops usually want ``"restart"``.
         num_cpus: cores for this ParallelEnv; default: all of this machine's
             (for the Ray backends: all of the cluster's).
         num_gpus: GPUs for the Ray backends, spread over their actors (fractions allowed).
@@ -78,8 +78,8 @@ class ParallelEnv:
         on_worker_failure: ``"raise"`` (the default) or ``"restart"``: a
             worker that dies or hangs past ``call_timeout`` is replaced, its
             envs rebuilt and reset, and the step goes on (``subproc``,
-            ``ray``, ``ray-subproc``). README's "Surviving failures" says what
-            the caller sees.
+            ``ray``, ``ray-subproc``). :doc:`/guide/failures` says what the
+            caller sees.
         on_env_error: ``"raise"`` (the default) or ``"restart"``: an env whose
             step raises is rebuilt from its factory and reset instead.
         max_restarts, restart_window: the budget of restarts: at most

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import TESTS_DIR, build
+from conftest import build
 from envs import CountingEnv, DictObsEnv, WideCountingEnv, counting
 from gymnasium.vector.utils import batch_space
 
@@ -416,11 +416,3 @@ def test_dict_env_trajectories_equal_the_dummy_backend(make_penv):
 # ------------------------------------------------------------------ the backend README shows
 
 
-def test_the_readme_shows_the_toy_backend_as_it_is():
-    """README's "Writing a backend" shows tests/toy_backend.py, the backend this suite runs, not a copy."""
-    lines = (TESTS_DIR.parent / "README.rst").read_text().splitlines()
-    heading = lines.index("Writing a backend")
-    start = lines.index(".. code-block:: python", heading) + 2
-    end = next(i for i in range(start, len(lines)) if lines[i] and not lines[i].startswith("   "))
-    shown = "\n".join(line[3:] for line in lines[start:end]).strip()
-    assert shown == (TESTS_DIR / "toy_backend.py").read_text().strip()

@@ -328,7 +328,7 @@ def test_a_step_of_every_env_is_handed_over_without_a_copy_where_the_buffers_all
 def test_lent_results_are_still_the_callers_own_where_the_policy_writes_none_results(make_penv, backend,
                                                                                      asynchronous):
     """copy=False lends the buffers of a step of every env, except under policies that write None
-    results into them (the README's quick start says so)."""
+    results into them (docs/guide/calls.rst says so)."""
     penv = make_penv([counting(tag, episode_length=10**6) for tag in range(NUM_ENVS)], asynchronous=asynchronous,
                      copy=False)
     assert penv.reuses_result_buffers and penv.backend.buffers.handover.kind == "lend"

@@ -506,9 +506,9 @@ def test_rollout_with_numpy_imports_neither_torch_nor_ray():
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def readme_block(after: str) -> str:
-    """The first code block of README.rst after the line that starts with ``after``."""
-    lines = (TESTS_DIR.parent / "README.rst").read_text().splitlines()
+def guide_block(after: str) -> str:
+    """The first code block of the rollouts guide page after the line that starts with ``after``."""
+    lines = (TESTS_DIR.parent / "docs" / "guide" / "rollouts.rst").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(after))
     start = next(i for i in range(start, len(lines)) if lines[i].startswith(".. code-block::")) + 1
     block = []
@@ -520,10 +520,10 @@ def readme_block(after: str) -> str:
 
 
 @pytest.mark.slow
-def test_the_readme_training_loop_runs(tmp_path, no_leaks):
+def test_the_guides_training_loop_runs(tmp_path, no_leaks):
     pytest.importorskip("torch")
     script = tmp_path / "train.py"
-    script.write_text(readme_block("A complete training loop"))
+    script.write_text(guide_block("A complete training loop"))
     env = {**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path, env=env, check=False)
@@ -633,3 +633,80 @@ def test_an_episode_cut_by_a_rebuilt_worker_ends_truncated_where_it_was(no_leaks
     np.testing.assert_array_equal(obs[:, 2:], np.broadcast_to(np.arange(5)[:, None], (5, 2)))  # untouched
     assert not batch.truncated[:, 2:].any()
     assert len(penv.failures) == 1
+
+
+# ------------------------------------------------------------------ n episodes
+
+
+@pytest.mark.parametrize("asynchronous", EVERY_POLICY)
+def test_collect_episodes_hands_back_exactly_n_whole_episodes_in_the_order_they_completed(make_penv, asynchronous):
+    worker = VecWorker(make_penv(counting_envs([2, 3]), asynchronous=asynchronous), cycle_actions, seed=0)
+    batch = worker.collect_episodes(4)
+    assert len(batch) == 4
+    if asynchronous is None:  # env 0's end ends env 1's episode too, truncated
+        assert batch.env_ids.tolist() == [0, 1, 0, 1] and batch.lengths.tolist() == [2] * 4
+    else:
+        assert batch.env_ids.tolist() == [0, 1, 0, 0] and batch.lengths.tolist() == [2, 3, 2, 2]
+    for start, length, i in zip(batch.starts, batch.lengths, batch.env_ids, strict=True):
+        np.testing.assert_array_equal(batch.observations[start : start + length, 1], np.arange(length))
+        assert (batch.observations[start : start + length, 0] == i).all()
+    again = worker.collect_episodes(1)  # a new episode in every env, as rollout() starts
+    assert again.env_ids.tolist() == [0] and again.lengths.tolist() == [2]
+
+
+def test_collect_episodes_seeds_the_envs_as_the_rest_of_the_worker_does(make_penv):
+    batches = []
+    for _ in range(2):
+        penv = make_penv(counting_envs([2, 3]), asynchronous="restart")
+        worker = VecWorker(penv, cycle_actions, seed=7, worker_number=3)
+        batches.append(worker.collect_episodes(3))
+        seeded, _ = penv.reset(seed=list(worker.env_seeds))
+        first = batches[-1].observations[batches[-1].starts[:2]]  # env 0's first episode, then env 1's
+        np.testing.assert_array_equal(first[:, 3], seeded[:, 3])  # the first reset drew from the worker's seeds
+    np.testing.assert_array_equal(batches[0].observations, batches[1].observations)
+
+
+def test_collect_episodes_refuses_a_count_that_is_not_positive(make_penv):
+    worker = VecWorker(make_penv(counting_envs([2])), cycle_actions)
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match=r"num_episodes=.*; use a positive int"):
+            worker.collect_episodes(bad)
+
+
+def test_collect_episode_with_no_episode_recorded_says_why(make_penv):
+    worker = VecWorker(make_penv(counting_envs([2, 3]), asynchronous="restart"), cycle_actions, seed=0)
+    with pytest.raises(RuntimeError, match=r"none is recorded since the worker was made\. Run collect_episodes"):
+        worker.collect_episode()
+    worker.collect(4)
+    with pytest.raises(RuntimeError, match=r"since collect\(\), which records transitions"):
+        worker.collect_episode()
+    assert len(worker.collect_episodes(2)) == 2  # it starts episodes of its own
+
+
+def test_after_collect_step_episode_is_true_only_for_an_episode_collect_episode_hands_over(make_penv):
+    worker = VecWorker(make_penv(counting_envs([3]), asynchronous="restart"), cycle_actions, seed=0)
+    worker.collect(2)  # one step into the episode that ends at the next step: it began before recording
+    assert [worker.step_episode() for _ in range(4)] == [False, False, False, True]
+    batch = worker.collect_episode()
+    assert batch.lengths.tolist() == [3]
+    assert len(worker.collect_episode()) == 0  # recording: none completed since, an empty batch
+
+
+@pytest.mark.timeout(60)
+def test_an_episode_cut_short_by_a_rebuilt_env_is_not_counted(no_leaks, tmp_path):
+    marker = tmp_path / "died-once"
+
+    def env(tag: int) -> gym.Env:  # env 1 dies in its third step, its rebuilt self never
+        dies = tag == 1 and not marker.exists()
+        marker.touch() if dies else None
+        return FaultyEnv(tag, at_step=3 if dies else 10**9, how="exit", episode_length=5)
+
+    factories = [lambda tag=tag: env(tag) for tag in range(4)]
+    penv = ParallelEnv(factories, para_mode="subproc", num_workers=2, asynchronous="restart",
+                       on_worker_failure="restart")
+    with VecWorker(penv, cycle_actions, seed=0) as worker:
+        batch = worker.collect_episodes(8)
+    assert len(penv.failures) == 1
+    assert batch.lengths.tolist() == [5] * 8 and not batch.truncations.any()
+    # Envs 0 and 1 shared the worker that died: their first episodes were cut short and are not in the batch.
+    assert batch.env_ids.tolist() == [2, 3, 0, 1, 2, 3, 0, 1]
