@@ -46,15 +46,20 @@ class EpisodeRecord:
         self.steps, self.completed = [], []
         self.episode_start[:] = NOT_RECORDED
 
-    def add(self, step: Step, ended: np.ndarray, step_count: int) -> None:
+    def add(self, step: Step, ended: np.ndarray, step_count: int, cut_short: np.ndarray | None = None) -> int:
         """Record ``step``, which made the step count ``step_count``; ``ended``: the envs whose
-        episode ended with it, and start a new one with the next step."""
+        episode ended with it, and start a new one with the next step. Returns how many recorded
+        episodes it completed: those of ``cut_short`` (envs rebuilt after a failure) are dropped,
+        since a crash, not the env, ended them."""
         self.steps.append(step)
+        count = 0
         for i in np.flatnonzero(ended).tolist():
-            if self.episode_start[i] != NOT_RECORDED:
+            if self.episode_start[i] != NOT_RECORDED and (cut_short is None or not cut_short[i]):
                 self.completed.append(self._episode(i))
+                count += 1
             self.episode_start[i] = step_count
         self._forget_old_steps(step_count)
+        return count
 
     def drop(self, ids: np.ndarray, step_count: int) -> None:
         """The episodes in progress of ``ids`` are gone (their envs replaced): record new ones from

@@ -259,15 +259,30 @@ class VecWorker(CollectsOverlapped):
         self._record.start(self._step_count)
 
     def step_episode(self) -> bool:
-        """Step every env once; True when at least one episode completed (see :meth:`collect_episode`)."""
+        """Step every env once; True when that completed an episode that :meth:`collect_episode` hands
+        over. Not one: an episode already in progress when recording began (after :meth:`collect`),
+        or one cut short by an env rebuilt after a failure."""
         self._ensure_started()
         self._record.resume(self._step_count)
         settled = self._step_every_env()
-        self._record.add(settled.step, settled.ended, self._step_count)
-        return bool(settled.ended.any())
+        return self._record.add(settled.step, settled.ended, self._step_count, settled.rebuilt) > 0
 
     def collect_episode(self) -> EpisodeBatch:
-        """The episodes completed by :meth:`step_episode` since the last call (possibly none)."""
+        """The episodes completed by :meth:`step_episode` since the last call (none when none has).
+
+        Raises:
+            RuntimeError: no episode is being recorded (nothing has run since the worker was made,
+                or :meth:`collect` ran last: it records transitions). An empty batch would then be
+                a silent wrong answer, empty however often asked, which a garage-style sampler
+                would hand to training as data; garage's own workers hand over the episode a
+                rollout ran, so the error says which call runs one.
+        """
+        if not self._record.recording:
+            raise RuntimeError(
+                "collect_episode() has no episodes to hand over: none is recorded since "
+                + ("the worker was made" if self._obs is None else "collect(), which records transitions")
+                + ". Run collect_episodes(n) or rollout(), or step_episode() until it returns True, first"
+            )
         completed = self._record.take_completed()
         if not completed:
             return EpisodeBatch.empty(self.penv.single_observation_space, self.penv.single_action_space, self._out)
@@ -275,14 +290,42 @@ class VecWorker(CollectsOverlapped):
 
     def rollout(self) -> EpisodeBatch:
         """Start an episode in every env and run until one completes; returns the completed one(s)."""
-        if self._obs is None:
-            self.worker_init()  # the first start gives the envs their seeds
-        else:
-            self.start_episode()
-        self._record.take_completed()  # episodes of earlier calls are not this rollout's
+        self._begin_episodes()
         while not self.step_episode():
             pass
         return self.collect_episode()
+
+    def collect_episodes(self, num_episodes: int) -> EpisodeBatch:
+        """Start an episode in every env and step them all until ``num_episodes`` episodes completed;
+        returns those, in the order they completed (by env index within a step).
+
+        As for :meth:`rollout`, the first start gives the envs their seeds of
+        :attr:`env_seeds` and later ones go on with each env's stream. Episodes
+        still in progress when the last one completes, and those completed
+        past ``num_episodes`` in that step, are dropped. An episode cut by
+        ``max_episode_length`` or by the ``asynchronous=None`` rule counts (it
+        ends truncated); one cut short by an env rebuilt after a failure
+        (``on_worker_failure`` or ``on_env_error="restart"``) is not complete
+        and does not.
+
+        Example:
+            >>> import numpy as np
+            >>> from parallelenv import ParallelEnv
+            >>> from parallelenv.rollout import VecWorker
+            >>> penv = ParallelEnv.make("CartPole-v1", num_envs=2, asynchronous="restart")
+            >>> with VecWorker(penv, lambda obs: np.zeros(len(obs), np.int64), seed=0) as worker:
+            ...     batch = worker.collect_episodes(5)
+            >>> len(batch), int(batch.lengths.sum()) == len(batch.rewards)
+            (5, True)
+        """
+        if not isinstance(num_episodes, int) or isinstance(num_episodes, bool) or num_episodes < 1:
+            raise ValueError(f"num_episodes={num_episodes!r}; use a positive int")
+        self._begin_episodes()
+        episodes: list[EpisodeBatch] = []  # one episode each
+        while len(episodes) < num_episodes:
+            if self.step_episode():
+                episodes.extend(self._record.take_completed())
+        return EpisodeBatch.concatenate(episodes[:num_episodes])
 
     # ------------------------------------------------------------------ transitions
 
@@ -323,6 +366,14 @@ class VecWorker(CollectsOverlapped):
     def _ensure_started(self) -> None:
         if self._obs is None:
             self.worker_init()
+
+    def _begin_episodes(self) -> None:
+        """A new recorded episode in every env, the first start seeding them; nothing completed before kept."""
+        if self._obs is None:
+            self.worker_init()
+        else:
+            self.start_episode()
+        self._record.take_completed()  # episodes of earlier calls are not this call's
 
     def _env_seeds(self, seed: Any) -> tuple[int | None, ...]:
         """One seed per env: a base seed's children of this worker, a list as given, None unseeded."""

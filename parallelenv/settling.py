@@ -43,6 +43,8 @@ class Settled:
     obs: Tree  # their obs for the next step: a new episode's first where one ended
     returns: list[float]  # of the episodes that ended, in env order
     lengths: list[int]
+    # Of ``ended``, the envs rebuilt after a failure: their episode was cut short, not completed. None: none.
+    rebuilt: np.ndarray | None = None
 
 
 class Settler:
@@ -108,7 +110,7 @@ class Settler:
         returns, lengths = self.returns[rows][ended].tolist(), self.lengths[rows][ended].tolist()
         restarted_np = np.zeros_like(ended) if restarted is None else to_numpy(restarted)
         new_obs = self._end_episodes(rows, new_obs, ended, restarted_np)
-        return Settled(step, ended, new_obs, returns, lengths)
+        return Settled(step, ended, new_obs, returns, lengths, rebuilt)
 
     def _end_episodes(self, rows: Rows, obs: Tree, ended: np.ndarray, restarted: np.ndarray) -> Tree:
         """Zero the counters of ended episodes; reset the envs the ParallelEnv did not. Returns ``obs``
