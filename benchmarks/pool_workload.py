@@ -24,12 +24,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import psutil
 
 from benchmarks.registry import EnvFactory, Runner, ray_cluster
 from benchmarks.workloads import BusyEnv
@@ -84,6 +86,9 @@ class PoolRunner(Runner):
     def run(self, actions: np.ndarray) -> int:
         return self.pool.obtain_samples(0, len(actions) * self.num_envs).env_steps
 
+    def pids(self) -> list[int]:
+        return self.pool.pids()
+
     def close(self) -> None:
         self.pool.close()
 
@@ -111,23 +116,51 @@ class OneWorkerRunner(Runner):
         self.worker.shutdown()
 
 
-def collection(make: Callable[[], Runner], steps: int, repeats: int) -> dict[str, float]:
-    """The best of ``repeats`` timed runs of ``steps`` batch steps (after one untimed warm-up)."""
-    runner = make()
+def collection(makers: dict[str, Callable[[], Runner]], steps: int, repeats: int) -> dict[str, dict[str, float]]:
+    """Each runner's best of ``repeats`` timed runs of ``steps`` batch steps, the runners taking turns
+    round by round (after one untimed warm-up each), so that a busy machine's drift hits them alike.
+
+    ``cores_used`` is the CPU time of the caller and of the pool's worker processes over the wall
+    time: on a machine shared with others it says whether the pool had its cores at all (with
+    Linux's autogroup scheduling, the processes of one session share one session's part of the
+    machine, however many they are). ``cpu_us_per_env_step`` is that CPU time per env-step.
+    """
+    runners = {}
     try:
-        runner.reset(0)
+        for name, make in makers.items():
+            runners[name] = make()
+            runners[name].reset(0)
         actions = np.zeros((steps, NUM_ENVS), np.int64)  # only their number counts: the policy acts
-        runner.run(actions[: max(1, steps // 10)])
-        rates, cpu = [], []
+        for runner in runners.values():
+            runner.run(actions[: max(1, steps // 10)])
+        results: dict[str, dict[str, float]] = {}
         for _ in range(repeats):
-            wall, process = time.perf_counter(), time.process_time()
-            done = runner.run(actions)
-            wall, process = time.perf_counter() - wall, time.process_time() - process
-            rates.append(done / wall)
-            cpu.append(process / done)
+            for name, runner in runners.items():
+                processes = [psutil.Process(pid) for pid in getattr(runner, "pids", list)()]
+                workers_cpu = sum(_cpu(p) for p in processes)
+                wall, caller_cpu = time.perf_counter(), time.process_time()
+                done = runner.run(actions)
+                wall, caller_cpu = time.perf_counter() - wall, time.process_time() - caller_cpu
+                workers_cpu = sum(_cpu(p) for p in processes) - workers_cpu
+                best = results.setdefault(name, {"env_steps_per_s": 0.0, "caller_cpu_us_per_env_step": math.inf,
+                                                 "cpu_us_per_env_step": math.inf})
+                if done / wall > best["env_steps_per_s"]:
+                    best.update(env_steps_per_s=done / wall, cores_used=(caller_cpu + workers_cpu) / wall)
+                best["caller_cpu_us_per_env_step"] = min(best["caller_cpu_us_per_env_step"], 1e6 * caller_cpu / done)
+                best["cpu_us_per_env_step"] = min(best["cpu_us_per_env_step"], 1e6 * (caller_cpu + workers_cpu) / done)
     finally:
-        runner.close()
-    return {"env_steps_per_s": max(rates), "caller_cpu_us_per_env_step": 1e6 * min(cpu)}
+        for runner in runners.values():
+            runner.close()
+    return results
+
+
+def _cpu(process: psutil.Process) -> float:
+    """A worker's CPU time so far (Ray actors on this machine included; 0 for one on another node)."""
+    try:
+        times = process.cpu_times()
+    except psutil.Error:
+        return 0.0
+    return times.user + times.system
 
 
 def update_seconds(backend: str, repeats: int) -> dict[str, float]:
@@ -157,17 +190,23 @@ def _maybe_ray(backend: str) -> Iterator[None]:
         yield
 
 
-def pool_workload(steps: int = 200, repeats: int = 3, update_repeats: int = 10,
+def pool_workload(steps: int = 200, repeats: int = 5, update_repeats: int = 10,
                   backends: Sequence[str] = ("processes", "ray")) -> dict[str, Any]:
     """Everything this module measures, as one dict (see the module's docstring)."""
     envs = busy_envs()
-    result: dict[str, Any] = {"one_vecworker_dummy8": collection(lambda: OneWorkerRunner(envs), steps, repeats)}
-    reference = result["one_vecworker_dummy8"]["env_steps_per_s"]
+    result: dict[str, Any] = {}
     for backend in backends:
         with _maybe_ray(backend):
-            measured = collection(lambda backend=backend: PoolRunner(envs, backend), steps, repeats)
-            measured["speedup_over_one_vecworker"] = measured["env_steps_per_s"] / reference
-            result[f"pool_{backend}_2x4"] = measured
+            measured = collection({"one_vecworker_dummy8": lambda: OneWorkerRunner(envs),
+                                   f"pool_{backend}_2x4": lambda backend=backend: PoolRunner(envs, backend)},
+                                  steps, repeats)
+            reference, pool = measured["one_vecworker_dummy8"], measured[f"pool_{backend}_2x4"]
+            pool["speedup_over_one_vecworker"] = pool["env_steps_per_s"] / reference["env_steps_per_s"]
+            # What the CPU times promise where each worker has a core of its own and the caller's
+            # share is small: a shared machine's scheduler may not give a pool its cores.
+            pool["speedup_from_cpu_times"] = NUM_WORKERS * reference["cpu_us_per_env_step"] / pool["cpu_us_per_env_step"]
+            result[f"one_vecworker_dummy8_beside_{backend}"] = reference
+            result[f"pool_{backend}_2x4"] = pool
             result[f"update_1M_{backend}"] = update_seconds(backend, update_repeats)
     return result
 

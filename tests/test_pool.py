@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import HAS_RAY, HAS_TORCH, TESTS_DIR, assert_gone
-from envs import DelayEnv, counting
+from envs import DelayEnv, FaultyEnv, counting
 
 from parallelenv import ClosedError, ParallelEnv, WorkerDiedError
+from parallelenv.healing import WORKER_HUNG
 from parallelenv.pool import PoolWorkerError, RolloutPool
 from parallelenv.rollout import VecWorker
 
@@ -108,15 +109,18 @@ def test_sync_mode_equals_the_vecworkers_one_by_one(pool_backend):
 
 
 @pytest.mark.timeout(180)
-def test_a_new_policy_or_parameters_reach_every_worker(no_leaks):
+def test_a_new_policy_parameters_and_env_updates_reach_every_worker(no_leaks):
     with RolloutPool(envs_of(2), make_policy(), num_workers=2, seed=SEED) as pool:
         assert pool.update_agent(make_policy(seed=3), wait=True) == 1
         assert pool.update_agent(make_policy(seed=4).state_dict(), wait=True) == 2
         samples = pool.obtain_samples(0, 2)
+        # Env 0 of each worker replaced: a CountingEnv's obs starts with its tag.
+        updated = pool.obtain_samples(1, 2, env_update=[{0: counting(8)}, {0: counting(9)}])
     assert {part.policy_version for part in samples.parts} == {2}
     expected = one_by_one(envs_of(2), make_policy(), [[0], [1]], make_policy(seed=4).state_dict(), steps=1)
     for part, batch in zip(samples.parts, expected, strict=True):
         assert_same(part.data, batch)
+    assert [part.data.obs[0, 0, 0] for part in updated.parts] == [8, 9]
 
 
 # ------------------------------------------------------------------ stragglers and async
@@ -193,6 +197,16 @@ def test_past_the_restart_budget_the_death_raises_and_nothing_is_left(no_leaks):
     assert raised.value.env_indices == [0]
     with pytest.raises(ClosedError):
         pool.obtain_samples(1, 2)
+
+
+@pytest.mark.timeout(240)
+def test_a_hung_worker_is_killed_after_call_timeout_and_the_budget_bounds_it(no_leaks):
+    envs = [counting(0, 100), lambda: FaultyEnv(1, at_step=2, how="hang")]  # every incarnation hangs
+    pool = RolloutPool(envs, make_policy(), num_workers=2, call_timeout=2.0, max_restarts=1)
+    with pytest.raises(WorkerDiedError, match=r"worker 1: it did not answer within call_timeout=2 s"):
+        pool.obtain_samples(0, num_samples=2 * 5)
+    [failure] = pool.failures
+    assert failure.kind == WORKER_HUNG and failure.env_ids == (1,)
 
 
 # ------------------------------------------------------------------ bad input

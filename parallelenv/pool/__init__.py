@@ -14,8 +14,9 @@ Example:
     ((16, 4), [0, 1])
 """
 
+from parallelenv.pool.checks import MODES
 from parallelenv.pool.errors import PoolWorkerError
-from parallelenv.pool.rollout_pool import MODES, RolloutPool
+from parallelenv.pool.rollout_pool import RolloutPool
 from parallelenv.pool.samples import Collected, LostWork, Samples
 
 __all__ = ["MODES", "Collected", "LostWork", "PoolWorkerError", "RolloutPool", "Samples"]

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from parallelenv.at_exit import close_at_exit
-from parallelenv.backends import resolve_backend
 from parallelenv.backends.env_sources import env_list, pickle_sources
 from parallelenv.backends.partition import Groups
 from parallelenv.errors import ClosedError
 from parallelenv.healing import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW_S, WORKER_DIED, WORKER_HUNG, Healing
+from parallelenv.pool.checks import check_arguments, check_count, make_fleet
 from parallelenv.pool.errors import PoolWorkerError
 from parallelenv.pool.messages import (
     Applied,
@@ -45,8 +45,6 @@ from parallelenv.pool.samples import Collected, LostWork, Samples
 from parallelenv.pool.weights import check_update, pickle_policy, state_arrays
 from parallelenv.trajectories import Transitions
 
-MODES = ("sync", "first", "async")
-BACKENDS = ("processes", "ray")
 POLL_S = 0.5  # how often a wait looks at the clock (call_timeout, start_timeout)
 
 
@@ -118,20 +116,11 @@ class RolloutPool:
     ) -> None:
         self._closed = True  # until the workers exist, close() has nothing to do
         sources = env_list(envs)
-        _check_choice("backend", backend, BACKENDS)
-        _check_choice("mode", mode, MODES)
-        for name, value in (("chunk_steps", chunk_steps), ("prefetch", prefetch), ("start_timeout", start_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"{name}={value!r}; use a positive number")
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= len(sources):
-            raise ValueError(f"num_workers={num_workers!r}; use an int from 1 to the number of envs ({len(sources)})")
-        if not callable(policy):
-            raise TypeError(f"policy must be callable (observations -> actions), not {type(policy).__name__}")
-        if call_timeout is not None and not call_timeout > 0:
-            raise ValueError(f"call_timeout={call_timeout!r}; use a number of seconds > 0, or None")
-        resolve_backend(para_mode)  # an unknown name is refused here, with the valid ones
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-            raise ValueError(f"seed={seed!r}; use a non-negative int or None")
+        check_arguments(len(sources), policy, num_workers, {
+            "backend": backend, "mode": mode, "output": output, "para_mode": para_mode, "seed": seed,
+            "chunk_steps": chunk_steps, "prefetch": prefetch, "start_timeout": start_timeout,
+            "call_timeout": call_timeout, "max_episode_length": max_episode_length,
+        })
         self.num_workers, self.num_envs, self.mode = num_workers, len(sources), mode
         self.backend, self.seed = backend, seed
         self.chunk_steps, self.prefetch, self.call_timeout = int(chunk_steps), int(prefetch), call_timeout
@@ -147,7 +136,7 @@ class RolloutPool:
         self._ready: list[tuple[int, Collected]] = []  # (call, batch) arrived and not yet handed out
         self._lost: list[LostWork] = []
         self._calls = 0
-        self._fleet = _fleet(backend, start_method, actor_options)
+        self._fleet = make_fleet(backend, start_method, actor_options)
         self._spec = WorkerSpec(
             worker=0, env_ids=(), env_payloads=(), policy_payload=b"", policy_version=0, para_mode=para_mode,
             penv_options={"asynchronous": "restart", **(penv_options or {})},
@@ -181,7 +170,7 @@ class RolloutPool:
             agent_update: None, or what :meth:`update_agent` takes.
             env_update: None, or what :meth:`update_env` takes.
         """
-        _check_count("num_samples", num_samples)
+        check_count("num_samples", num_samples)
         self._update(agent_update, env_update)
         if self.mode == "sync":
             call = self._ask_every_worker(Collect(math.ceil(num_samples / self.num_envs)))
@@ -198,7 +187,7 @@ class RolloutPool:
                               env_update: Any = None) -> Samples:
         """Exactly ``n_eps_per_worker`` whole episodes from every worker, each from fresh episodes,
         by worker (the first to complete in each)."""
-        _check_count("n_eps_per_worker", n_eps_per_worker)
+        check_count("n_eps_per_worker", n_eps_per_worker)
         self._update(agent_update, env_update)
         return self._samples(self._take(self._ask_every_worker(CollectEpisodes(n_eps_per_worker))))
 
@@ -399,28 +388,4 @@ class RolloutPool:
         self._start(slot)
         for s in lost:
             self._send(slot, s.request, call=s.call)
-
-
-def _fleet(backend: str, start_method: str | None, actor_options: dict[str, Any] | None) -> Any:
-    if backend == "ray":
-        from parallelenv.pool.actors import ActorFleet  # Ray only where it is asked for
-
-        if start_method is not None:
-            raise ValueError("start_method is for backend='processes'; Ray starts its actors itself")
-        return ActorFleet(actor_options)
-    from parallelenv.pool.processes import ProcessFleet
-
-    if actor_options is not None:
-        raise ValueError("actor_options is for backend='ray'")
-    return ProcessFleet(start_method)
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name}={value!r}; use one of {', '.join(map(repr, choices))}")
-
-
-def _check_count(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r}; use a positive int")
 
