@@ -9,6 +9,7 @@ with a Ray cluster of its own, as tests/ray_multinode.py does for ParallelEnv.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -207,6 +208,15 @@ def test_a_hung_worker_is_killed_after_call_timeout_and_the_budget_bounds_it(no_
         pool.obtain_samples(0, num_samples=2 * 5)
     [failure] = pool.failures
     assert failure.kind == WORKER_HUNG and failure.env_ids == (1,)
+
+
+@pytest.mark.timeout(180)
+def test_a_pool_dropped_without_close_ends_its_workers(no_leaks):
+    pool = RolloutPool(envs_of(2), make_policy(), num_workers=2)
+    pids = pool.pids()
+    del pool
+    gc.collect()
+    assert_gone(pids)
 
 
 # ------------------------------------------------------------------ bad input
