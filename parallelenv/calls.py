@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar, Union
 
@@ -192,8 +192,11 @@ class Done:
     values: dict[int, Any]
     failures: tuple[Failure, ...] = ()
     # A Gymnasium vector info over env_ids, in their order, from a host whose
-    # envs answer as one batch (a vectorised env); ``values`` then holds no infos.
+    # envs answer as one batch (a vectorised env; ``values`` then holds no
+    # infos), or read from the host's info columns (``values`` holds what they
+    # did not take, and ``info_kinds`` the type each column's values had).
     info: dict[str, Any] | None = None
+    info_kinds: Mapping[str, type] | None = None
 
     def failed_ids(self) -> list[int]:
         return [failure.env_index for failure in self.failures]

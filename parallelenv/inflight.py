@@ -28,7 +28,7 @@ from parallelenv.healing import Healing
 from parallelenv.ledger import Ledger
 from parallelenv.policies import Policy
 from parallelenv.recycling import Recycler, Recycling
-from parallelenv.results import Outcome, Received, add_ended, join_batched_infos
+from parallelenv.results import Outcome, Received, StoredInfo, add_ended, join_batched_infos
 from parallelenv.resuming import Resumer
 
 __all__ = ["InFlight"]
@@ -62,10 +62,13 @@ class InFlight:
         self.finished = self.arrays.bool_zeros(n)
         self._none_result = self.arrays.bool_zeros(n)  # READY with a None result, never stepped
         self._infos: dict[int, dict[str, Any]] = {}  # non-empty infos of READY envs
-        self._batched_infos: list[tuple[tuple[int, ...], dict[str, Any]]] = []  # of READY envs, per reply
+        self._batched_infos: list[StoredInfo] = []  # of READY envs, per reply
         self._call_values: dict[int, Any] = {}  # answers to the non-step call under way
         self._call_info: dict[str, Any] | None = None
         self._failures: list[Failure] = []
+        # What the replies said of the last step handed over: each env's own info, for the Gymnasium
+        # view, whose final_info keeps the values that merging into a vector info may have cast.
+        self.last_received: Received | None = None
         self._sync_call: Call | None = None  # the non-step call that run() has under way
         self.broken: WorkerDiedError | None = None
         # Set from another thread by ParallelEnv.close(): the wait ends, and no death is survived.
@@ -204,7 +207,7 @@ class InFlight:
             ready = ready.without(failed)
             if not len(ready):
                 return Outcome(ready, failures)
-        received = self._receive(ready)
+        received = self.last_received = self._receive(ready)
         results = self._buffers.handover.step_results(self.arrays, self._buffers, ready, self.policy.tracks_finished)
         return Outcome(ready, failures, received, results)
 
@@ -221,17 +224,15 @@ class InFlight:
         else:
             infos = {i: self._infos.pop(i) for i in selection.env_ids if i in self._infos} if self._infos else {}
         self.ledger.received(selection)
-        batched_info, self._batched_infos = join_batched_infos(self._batched_infos, selection, self.arrays)
+        batched_info, kinds, own_values, self._batched_infos = join_batched_infos(self._batched_infos, selection,
+                                                                                  self.arrays)
         columns = self._buffers.info_columns
-        kinds = None
         if columns is not None and columns.columns:
             in_columns = columns.vector(self.arrays.rows(selection))
             if in_columns:
                 batched_info = in_columns if batched_info is None else {**batched_info, **in_columns}
                 kinds = columns.kinds
-        elif batched_info is not None:
-            kinds = getattr(self.backend, "info_kinds", None)  # columns read where the envs run (ray-subproc)
-        received = Received(infos, batched_info, none_result, info_kinds=kinds)
+        received = Received(infos, batched_info, none_result, info_kinds=kinds, own_values=own_values)
         add_ended(received, self._buffers.ended, self._buffers.ended_obs, selection)
         return received
 
@@ -259,7 +260,7 @@ class InFlight:
         replies = self.backend.collect(0.0)
         if len(replies) == 1 and not replies[0].failures and replies[0].env_ids == everyone.env_ids:
             reply = replies[0]
-            received = Received(reply.values, reply.info, None)
+            received = self.last_received = Received(reply.values, reply.info, None, info_kinds=reply.info_kinds)
             add_ended(received, buffers.ended, buffers.ended_obs, everyone)
             if self.policy.tracks_finished:  # none was finished before this step; some may be now
                 self.policy.after_step(self.finished, everyone.rows, buffers.terminated | buffers.truncated)
@@ -400,7 +401,7 @@ class InFlight:
             if reply.values:
                 self._infos.update(reply.values)
             if reply.info is not None:
-                self._batched_infos.append((env_ids, reply.info))
+                self._batched_infos.append((env_ids, reply.info, reply.info_kinds))
             if self.policy.tracks_finished:
                 buffers = self._buffers
                 index = self.arrays.reply_rows(rows)

@@ -16,7 +16,14 @@ from parallelenv.array_kinds import NumpyArrays, Selection
 from parallelenv.arrays import concatenate
 from parallelenv.batching import Batched, unbatch
 from parallelenv.calls import Failure
-from parallelenv.infos import as_kind, env_info, every_scalar_as_python, vector_info
+from parallelenv.infos import (
+    RESTART_KEYS,
+    as_kind,
+    env_info,
+    every_scalar_as_python,
+    python_dtypes_as_python,
+    vector_info,
+)
 
 NONE_RESULT: tuple[Any, ...] = (None, None, True, False, {})
 
@@ -37,6 +44,9 @@ class Received:
     # For the keys of ``batched_info`` read from info columns, the exact type of their values
     # (see backends.info_columns): what an env's own info gives back.
     info_kinds: Mapping[str, type] | None = None
+    # Per env id, the values of keys whose column types differed between hosts, as each env gave them:
+    # ``batched_info`` holds them cast to one dtype.
+    own_values: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,35 +94,80 @@ def add_ended(received: Received, ended: np.ndarray | None, ended_obs: Any, sele
     received.ended, received.ended_state = mask.copy(), states
 
 
+# A batched reply's env ids, vector info, and the types of the keys of it read from info columns.
+StoredInfo = tuple[tuple[int, ...], dict[str, Any], Mapping[str, type] | None]
+
+
 def join_batched_infos(
-    stored: list[tuple[tuple[int, ...], dict[str, Any]]], selection: Selection, arrays: NumpyArrays
-) -> tuple[dict[str, Any] | None, list[tuple[tuple[int, ...], dict[str, Any]]]]:
-    """The vector info of the envs of ``selection`` out of the batched replies ``stored`` (their env ids
-    and vector info each), and the replies still holding envs of no one handed over."""
+    stored: list[StoredInfo], selection: Selection, arrays: NumpyArrays
+) -> tuple[dict[str, Any] | None, Mapping[str, type] | None, dict[int, dict[str, Any]], list[StoredInfo]]:
+    """The vector info of the envs of ``selection`` out of the batched replies ``stored``, the types of
+    its keys read from info columns, the values of keys whose types differ between replies as each
+    env gave them (by env id: see Received.own_values), and the replies still holding envs of no one
+    handed over."""
     if not stored:
-        return None, stored
+        return None, None, {}, stored
     if len(stored) == 1 and stored[0][0] is selection.env_ids:  # a step of every env: the hot path
-        return stored[0][1], []
+        return stored[0][1], stored[0][2], {}, []
     wanted = set(selection.env_ids)
-    holding = [(env_ids, _with_every_key(info, len(env_ids), stored)) for env_ids, info in stored
-               if wanted.intersection(env_ids)]
-    kept = [(env_ids, info) for env_ids, info in stored if not wanted.issuperset(env_ids)]
-    keys = set.intersection(*(set(info) for _, info in holding))
-    joined = concatenate([{key: info[key] for key in keys} for _, info in holding])
-    position = {env_id: p for p, env_id in enumerate(i for env_ids, _ in holding for i in env_ids)}
+    holding = [part for part in stored if wanted.intersection(part[0])]
+    kept = [part for part in stored if not wanted.issuperset(part[0])]
+    disputed, kinds = _disputed_keys(holding)
+    infos = [_with_every_key(info, len(env_ids), holding) for env_ids, info, _ in holding]
+    keys = set.intersection(*(set(info) for info in infos)) - disputed - {"_" + key for key in disputed}
+    joined = concatenate([{key: info[key] for key in keys} for info in infos])
+    own_values: dict[int, dict[str, Any]] = {}
+    for key in disputed:
+        joined.update(_merged_again(key, holding, own_values))
+    position = {env_id: p for p, env_id in enumerate(i for env_ids, _, _ in holding for i in env_ids)}
     order = np.array([position[i] for i in selection.env_ids], dtype=np.int64)
     if (order == np.arange(len(order))).all() and len(order) == len(position):
-        return joined, kept
+        return joined, kinds, own_values, kept
     rows = arrays.reply_rows(order)
-    return {key: value[rows] for key, value in joined.items()}, kept
+    return {key: value[rows] for key, value in joined.items()}, kinds, own_values, kept
 
 
-def _with_every_key(info: dict[str, Any], n: int, stored: list[tuple[tuple[int, ...], dict[str, Any]]]
-                    ) -> dict[str, Any]:
+def _disputed_keys(parts: list[StoredInfo]) -> tuple[set[str], dict[str, type]]:
+    """The masked keys whose column types differ between ``parts`` (two hosts learned their info columns
+    from different envs), and the types of the others."""
+    dtypes: dict[str, Any] = {}
+    kinds: dict[str, type] = {}
+    disputed = set()
+    for _, info, part_kinds in parts:
+        for key, value in info.items():
+            if "_" + key not in info or not isinstance(value, np.ndarray):
+                continue
+            kind = (part_kinds or {}).get(key)
+            if key in dtypes and (dtypes[key] != value.dtype or kinds.get(key) is not kind):
+                disputed.add(key)
+            dtypes[key] = value.dtype
+            if kind is not None:
+                kinds[key] = kind
+    return disputed, {key: kind for key, kind in kinds.items() if key not in disputed}
+
+
+def _merged_again(key: str, parts: list[StoredInfo], own_values: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """``key`` and its mask over the envs of ``parts``, merged from each env's own value in env order;
+    those values go into ``own_values`` too, by env id."""
+    entries, offset = [], 0
+    for env_ids, info, part_kinds in parts:
+        if key in info:
+            kind = (part_kinds or {}).get(key)
+            for local in np.flatnonzero(info["_" + key]).tolist():
+                value = info[key][local]
+                value = value if kind is None else as_kind(kind, value)
+                entries.append((offset + local, {key: value}))
+                own_values.setdefault(env_ids[local], {})[key] = value
+        offset += len(env_ids)
+    merged = vector_info(entries, offset)
+    return {key: merged[key], "_" + key: merged["_" + key]}
+
+
+def _with_every_key(info: dict[str, Any], n: int, stored: list[StoredInfo]) -> dict[str, Any]:
     """``info`` (of ``n`` envs) with the masked NumPy keys that other replies of ``stored`` have and it
     lacks, set for none of its envs: one host's info columns may hold a key that another's envs never set."""
     missing = None
-    for _, other in stored:
+    for _, other, _ in stored:
         for key, value in other.items():
             if key not in info and "_" + key in other and isinstance(value, np.ndarray):
                 if missing is None:
@@ -176,6 +231,19 @@ def merge_batched(info: dict[str, Any], batched: dict[str, Any], ids: np.ndarray
         info[key], info["_" + key] = merged[key], merged["_" + key]
 
 
+def own_info(received: Received, position: int, env_id: int) -> dict[str, Any]:
+    """The info the env at ``position`` (env ``env_id``) of a step handed over gave itself, each value as
+    it gave it, before any merge into a vector info cast it; the ``restart`` policy's additions left out."""
+    info = {**received.own_values.get(env_id, {}), **received.infos.get(env_id, {})}
+    batched = received.batched_info
+    if batched is not None:
+        kinds = received.info_kinds or {}
+        for key, value in env_info(batched, position, python_dtypes_as_python).items():
+            if key not in info:
+                info[key] = as_kind(kinds[key], batched[key][position]) if key in kinds else value
+    return {key: value for key, value in info.items() if key not in RESTART_KEYS}
+
+
 def _by_position(ids: np.ndarray, infos: dict[int, dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
     """``(position in ids, info)`` pairs, in position order (the same for every backend)."""
     if len(infos) * 8 >= len(ids):
@@ -221,6 +289,8 @@ def batch_results(
             for key, kind in (received.info_kinds or {}).items():
                 if key in info and key not in received.infos.get(i, ()):
                     info[key] = as_kind(kind, received.batched_info[key][p])
+            if received.own_values:
+                info.update(received.own_values.get(i, {}))
         if ended[p]:
             info = {**info, "ended_state": received.ended_state[p], "reset": True}
         if env_ids is not None:

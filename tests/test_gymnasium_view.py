@@ -263,6 +263,23 @@ def test_same_step_final_obs_and_final_info_are_sync_vector_envs(make_penv, spac
     same_as_sync_vector_env(ours, theirs, script)
 
 
+class MixedInfoEnv(CountingEnv):
+    """Info ``k`` is an int in env 0 and a float elsewhere; env 1's episodes end first."""
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"k": 1 if self.tag == 0 else 0.5, "t": self.count}
+
+
+@pytest.mark.every_backend
+def test_same_step_final_info_keeps_each_ended_envs_own_value_as_sync_vector_env_does(make_penv):
+    """The step's vector info casts env 1's 0.5 to the int of env 0's 1; its final_info must not."""
+    factories = [functools.partial(MixedInfoEnv, tag=i, episode_length=2 if i == 1 else 5) for i in range(2)]
+    ours = make_penv(factories, asynchronous="restart").as_gymnasium()
+    theirs = SyncVectorEnv(factories, autoreset_mode=AutoresetMode.SAME_STEP)
+    same_as_sync_vector_env(ours, theirs, [("reset", {"seed": 0})] + [("step", np.array([0, 0]))] * 6)
+
+
 @pytest.mark.every_backend
 def test_final_obs_is_none_where_no_episode_ended(make_penv):
     envs = make_penv(space_envs("Dict"), asynchronous="restart").as_gymnasium()

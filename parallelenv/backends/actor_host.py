@@ -51,8 +51,6 @@ class Rows:
     # mask's order; None when none did.
     ended: np.ndarray | None = None
     ended_obs: np.ndarray | None = None
-    # The type each key of the reply's info columns had (see InfoColumns.kinds), when it has some.
-    info_kinds: dict[str, type] | None = None
 
 
 class GroupHost:
@@ -132,8 +130,7 @@ class GroupHost:
         if type(local) is Step and columns is not None and columns.columns:
             # The local workers' numeric infos, in their columns here: they travel as one vector info
             # over the call's envs, beside the per-env infos of the reply (see results.merge_batched).
-            reply = dataclasses.replace(reply, info=columns.vector(rows) or None)
-            result = dataclasses.replace(result, info_kinds=columns.kinds)
+            reply = dataclasses.replace(reply, info=columns.vector(rows) or None, info_kinds=columns.kinds)
         return shifted(reply, self._first_id), result
 
     def close(self) -> None:

@@ -76,8 +76,6 @@ class RayBackend:
         self._ray = ray_cluster.acquire(self)
         self._actors: list[_Actor] = []
         self._pending: dict[Any, _Pending] = {}
-        # The types of the keys that the actors' info columns hold (GroupHost.run): see Received.info_kinds.
-        self.info_kinds: dict[str, type] = {}
         self._closed = False
         self._restarts = config.policy.restarts_finished_envs
         try:
@@ -236,8 +234,6 @@ class RayBackend:
                 continue
             if rows is not None:
                 self._store(np.array(reply.env_ids), rows)
-                if rows.info_kinds:
-                    self.info_kinds.update(rows.info_kinds)
             replies.append(reply)
         if death is not None:
             death.replies_before_death = replies  # the living actors' answers are the caller's all the same

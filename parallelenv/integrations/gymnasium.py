@@ -57,6 +57,7 @@ from parallelenv.infos import (
 )
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.policies import Policy
+from parallelenv.results import own_info
 
 # What a rebuilt env's info says of the failure that cut its episode; the rest is its new episode's reset info.
 CUT_KEYS = (WORKER_RESTARTED, ENV_RESTARTED, "failure")
@@ -266,8 +267,15 @@ class GymnasiumVectorEnv(VectorEnv):
         if ended is None and not rebuilt.any():
             return info
         infos: dict[str, Any] = {}
+        # Each env's own values, merged again as SyncVectorEnv merges them: the step's vector info cast
+        # each value to the dtype of the first env that set its key (a 0.5 to an int 0), where the
+        # ended envs' step infos, now in final_info, came first.
+        received = self.penv._calls.last_received  # the step just handed over, of every env in order
         for p in range(self.num_envs):
             entry = env_info(info, p, python_dtypes_as_python)
+            if received is not None:
+                own = own_info(received, p, p)
+                entry = {key: own.get(key, value) for key, value in entry.items()}
             if ended is not None and ended[p]:
                 final_obs, reset_info = entry.pop("ended_state"), entry.pop("reset_info", {})
                 step_info = {key: value for key, value in entry.items() if key not in RESTART_KEYS}
