@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -91,3 +92,36 @@ def test_a_negative_id_is_explained(no_leaks, call):
             run[call]()
         with pytest.raises(ValueError, match=r"id -5 is negative: ids are env indices from 0 to 3, .* end$"):
             penv.step([1], id=[-5])
+
+
+STARTS_RAY = """
+import functools
+import time
+
+import gymnasium as gym
+
+from parallelenv import ParallelEnv
+
+if __name__ == "__main__":
+    with ParallelEnv([functools.partial(gym.make, "CartPole-v1")] * 16, para_mode="ray") as penv:
+        penv.reset(seed=0)
+        penv.step(penv.action_space.sample())
+        time.sleep(2)  # the raylet's warnings reach the driver a moment after the workers start
+"""
+RAYLET_WARNING = "the maximum expected startup concurrency"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("concurrency", [None, "2"], ids=["ours", "ray-default-on-2-cores"])
+def test_the_local_cluster_the_library_starts_says_nothing_of_its_workers(tmp_path, concurrency):
+    pytest.importorskip("ray")
+    script = tmp_path / "starts_ray.py"
+    script.write_text(STARTS_RAY)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_worker_maximum_startup_concurrency")}
+    if concurrency is not None:  # the control: Ray's own limit on a 2-core machine, which the test must see warn
+        env["RAY_worker_maximum_startup_concurrency"] = concurrency
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=280, cwd=tmp_path,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr
+    assert (RAYLET_WARNING in said) == (concurrency is not None), said

@@ -36,6 +36,14 @@ QUIET_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",  # ray.init's own default, said first: no usage-stats prompt (nightly wheels)
 }
 
+# How many worker processes the raylet of a cluster we start lets start at once
+# (Ray's RayConfig worker_maximum_startup_concurrency). Ray's default is one
+# per core: n actors then start in n/cores rounds one after another, and the
+# raylet warns ("... 4x the maximum expected startup concurrency") once 4x that
+# many have started, which an actor per env reaches on every laptop. Starting
+# them together is as fast as Ray starts actors, and moves the warning to 4x this.
+ACTOR_STARTS_AT_ONCE = 64
+
 # The node id of the head of the local cluster we started, while it may still
 # be running: a cluster started after it (by anyone) has another.
 _state: dict[str, Any] = {"started_node": None, "exit_hook": False}
@@ -85,7 +93,10 @@ def _connect(ray: ModuleType) -> None:
     # Workers get the driver's import path, so that env classes from the
     # caller's own modules (scripts, tests) unpickle there.
     runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
-    ray.init(include_dashboard=False, runtime_env=runtime_env, **quiet)
+    system_config = {}
+    if "RAY_worker_maximum_startup_concurrency" not in os.environ:  # the caller's own choice stands
+        system_config["worker_maximum_startup_concurrency"] = max(ACTOR_STARTS_AT_ONCE, os.cpu_count() or 1)
+    ray.init(include_dashboard=False, runtime_env=runtime_env, _system_config=system_config, **quiet)
     _state["started_node"] = ray.get_runtime_context().get_node_id()
 
 
