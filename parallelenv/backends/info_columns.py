@@ -92,6 +92,10 @@ def learn(infos: Iterable[dict[str, Any]]) -> tuple[Column, ...]:
     return tuple(columns)
 
 
+def _count(rows: slice | list[int]) -> int:
+    return rows.stop - rows.start if type(rows) is slice else len(rows)
+
+
 class InfoColumns:
     """The info columns over a buffers' ``info_cells`` and ``info_present`` (see Buffers.allocate).
 
@@ -121,6 +125,7 @@ class InfoColumns:
         }
         #: Each column's key and the exact type its values had: what an env's own info holds again.
         self.kinds = {column.key: column.kind for column in self.columns}
+        self._mask_rows = [column.first_cell for column in self.columns]
 
     def write(self, stepped: slice | list[int], env_ids: Sequence[int], infos: Sequence[dict[str, Any]]
               ) -> dict[int, dict[str, Any]]:
@@ -128,6 +133,8 @@ class InfoColumns:
         ``env_ids``, into the columns; what is left of each env's info that no column takes, for the
         reply (empty infos left out). The rows of envs whose step raised then say nothing."""
         self._present[:, stepped] = False
+        if infos and self._write_by_key(stepped, env_ids, infos):
+            return {}
         by_key = self._by_key
         left: dict[int, dict[str, Any]] = {}
         for env_id, info in zip(env_ids, infos, strict=True):
@@ -150,6 +157,26 @@ class InfoColumns:
                 left[env_id] = rest
         return left
 
+    def _write_by_key(self, stepped: slice | list[int], env_ids: Sequence[int], infos: Sequence[dict[str, Any]]
+                      ) -> bool:
+        """The common step, in one assignment per key: every env's info holds just the columns' keys, each
+        value of its column's type. False, with nothing written, where that is not so."""
+        by_key = self._by_key
+        if not all(len(info) == len(by_key) for info in infos):
+            return False
+        rows = stepped if _count(stepped) == len(env_ids) else list(env_ids)
+        try:
+            for key, (kind, values, present) in by_key.items():
+                column = [info[key] for info in infos]
+                if set(map(type, column)) != {kind}:
+                    raise TypeError(key)
+                values[rows] = column
+                present[rows] = True
+        except (KeyError, TypeError, ValueError, OverflowError):  # a key missing, of another type or shape
+            self._present[:, stepped] = False
+            return False
+        return True
+
     def forget(self, env_ids: Sequence[int] | np.ndarray) -> None:
         """Say nothing for these envs: their answer is not a step their worker wrote (a stand-in's, a None result)."""
         if self.columns:
@@ -160,16 +187,16 @@ class InfoColumns:
         info: dict[str, Any] = {}
         if not self.columns:
             return info
-        present = self._present[:, rows]
-        if not present.any():
-            return info
-        for column, values in zip(self.columns, self._values, strict=True):
-            mask = present[column.first_cell]
-            if mask.any():
-                taken = values[rows].copy() if type(rows) is slice else values[rows]
-                if not mask.all():  # as Gymnasium's vector infos: zero where no env set it (rows keep old values)
-                    taken[~mask] = 0
+        # Every column's mask in one copy, and which are set anywhere or everywhere in two more: the
+        # parent pays a few NumPy calls a key, whatever the number of envs.
+        masks = self._present[self._mask_rows][:, rows]
+        set_anywhere, set_everywhere = masks.any(axis=1).tolist(), masks.all(axis=1).tolist()
+        fancy = type(rows) is not slice
+        for j, (column, values) in enumerate(zip(self.columns, self._values, strict=True)):
+            if set_anywhere[j]:
+                taken = values[rows] if fancy else values[rows].copy()
+                if not set_everywhere[j]:  # as Gymnasium's vector infos: zero where no env set it
+                    taken[~masks[j]] = 0
                 info[column.key] = taken
-                info["_" + column.key] = mask.copy() if type(rows) is slice else mask
+                info["_" + column.key] = masks[j]
         return info
-
