@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.machine import usable_cores
+from benchmarks.pool_workload import OneWorkerRunner, PoolRunner
 from benchmarks.registry import (
     IN_PROCESS,
     RAY,
@@ -248,6 +249,20 @@ class TensorRunner(Runner):
     def close(self) -> None:
         if self.penv is not None:
             self.penv.close()
+
+
+# A RolloutPool (benchmarks/pool_workload.py): 2 workers of 4 envs, each with its own copy of the policy,
+# beside one VecWorker over dummy running the same policy for every env in the caller (its baseline).
+POOL_NOTE = "a torch MLP 64x64 choosing the actions; RolloutPool.obtain_samples in synchronous mode"
+register("parallelenv-one-vecworker", WITH_POLICY, ours=True, requires=("parallelenv", "torch"), quick=False,
+         workloads=frozenset({"busy8"}), note=f"one VecWorker over dummy, {POOL_NOTE.split(';')[0]}")(
+    OneWorkerRunner)
+register("parallelenv-pool-processes", WITH_POLICY, ours=True, requires=("parallelenv", "torch"), quick=False,
+         workloads=frozenset({"busy8"}), baseline="parallelenv-one-vecworker",
+         note=f"2 worker processes of 4 envs; {POOL_NOTE}")(functools.partial(PoolRunner, backend="processes"))
+register("parallelenv-pool-ray", WITH_POLICY, ours=True, requires=("parallelenv", "torch", "ray"), quick=False,
+         session=ray_cluster, workloads=frozenset({"busy8"}), baseline="parallelenv-one-vecworker",
+         note=f"2 Ray actors of 4 envs; {POOL_NOTE}")(functools.partial(PoolRunner, backend="ray"))
 
 
 register("parallelenv-tensor", IN_PROCESS, ours=True, requires=("parallelenv", "torch"),
