@@ -125,16 +125,21 @@ class AllFinish(Policy):
         return ~finished[ids]
 
     def after_step(self, finished: Any, ids: Any, done: Any) -> None:
-        if _on_host(finished) and done.any() and not finished.all():
+        if _on_host(finished) and done.any():
             self._ended(finished, _env_indices(finished, ids, done))
         # `|= done.any()` rather than `if done.any()`: no host sync for tensors.
         finished |= done.any()
 
     def _ended(self, finished: Any, ended_by: list[int]) -> None:
         key = id(finished)
-        if key not in self._endings:
-            weakref.finalize(finished, self._endings.pop, key, None)
-        self._endings[key] = [ended_by, False]
+        ending = self._endings.get(key)
+        if not finished.all():  # these envs end every env's episode
+            if ending is None:
+                weakref.finalize(finished, self._endings.pop, key, None)
+            self._endings[key] = [ended_by, False]
+        elif ending is not None and not ending[1]:
+            # Other hosts' answers to the same step (finished envs are not stepped until reset).
+            ending[0] = sorted({*ending[0], *ended_by})
 
 
 def _on_host(mask: Any) -> bool:
