@@ -96,7 +96,13 @@ def _connect(ray: ModuleType) -> None:
     system_config = {}
     if "RAY_worker_maximum_startup_concurrency" not in os.environ:  # the caller's own choice stands
         system_config["worker_maximum_startup_concurrency"] = max(ACTOR_STARTS_AT_ONCE, os.cpu_count() or 1)
-    ray.init(include_dashboard=False, runtime_env=runtime_env, _system_config=system_config, **quiet)
+    try:
+        ray.init(include_dashboard=False, runtime_env=runtime_env, _system_config=system_config, **quiet)
+    except ValueError as error:
+        # A cluster already runs on this machine (`ray start`): ray.init joins it, with its own settings.
+        if "existing cluster" not in str(error):
+            raise
+        ray.init(include_dashboard=False, runtime_env=runtime_env, **quiet)
     _state["started_node"] = ray.get_runtime_context().get_node_id()
 
 
