@@ -214,6 +214,9 @@ def merge_batched(info: dict[str, Any], batched: dict[str, Any], ids: np.ndarray
     reply) is merged again from every env's value in env order, so that its
     dtype is the first env's as in Gymnasium's vector infos.
     """
+    if not info:  # no env's reply had an info: the common step
+        info.update(batched)
+        return
     for key, value in batched.items():
         if key.startswith("_") and key[1:] in batched:
             continue  # a mask, taken with its key

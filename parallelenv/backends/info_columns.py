@@ -101,7 +101,7 @@ class InfoColumns:
 
     ``cells`` is ``INFO_CELLS * num_envs * CELL_BYTES`` bytes, cell-major, so
     that a column's cells over every env are one run of bytes; ``present`` has
-    a row per cell, of which each column uses the row of its first cell.
+    a row per cell (as many as there can be columns), column j's mask in row j.
     """
 
     def __init__(self, cells: np.ndarray, present: np.ndarray, num_envs: int) -> None:
@@ -119,13 +119,14 @@ class InfoColumns:
             start = column.first_cell * n * CELL_BYTES
             nbytes = n * int(np.prod(column.shape, dtype=np.int64)) * column.dtype.itemsize
             self._values.append(self._cells[start:start + nbytes].view(column.dtype).reshape(n, *column.shape))
+        # Column j's mask is row j of ``present``: every mask is in the first rows, read as one block.
         self._by_key = {
-            column.key: (column.kind, values, self._present[column.first_cell])
-            for column, values in zip(self.columns, self._values, strict=True)
+            column.key: (column.kind, values, self._present[j])
+            for j, (column, values) in enumerate(zip(self.columns, self._values, strict=True))
         }
         #: Each column's key and the exact type its values had: what an env's own info holds again.
         self.kinds = {column.key: column.kind for column in self.columns}
-        self._mask_rows = [column.first_cell for column in self.columns]
+
 
     def write(self, stepped: slice | list[int], env_ids: Sequence[int], infos: Sequence[dict[str, Any]]
               ) -> dict[int, dict[str, Any]]:
@@ -187,16 +188,19 @@ class InfoColumns:
         info: dict[str, Any] = {}
         if not self.columns:
             return info
-        # Every column's mask in one copy, and which are set anywhere or everywhere in two more: the
-        # parent pays a few NumPy calls a key, whatever the number of envs.
-        masks = self._present[self._mask_rows][:, rows]
-        set_anywhere, set_everywhere = masks.any(axis=1).tolist(), masks.all(axis=1).tolist()
+        # Every column's mask in one copy, and how many envs set each in one sum: the parent pays a
+        # NumPy call a key, whatever the number of envs.
         fancy = type(rows) is not slice
-        for j, (column, values) in enumerate(zip(self.columns, self._values, strict=True)):
-            if set_anywhere[j]:
+        masks = self._present[:len(self.columns), rows]
+        if not fancy:
+            masks = masks.copy()
+        n = masks.shape[1]
+        for column, values, mask, count in zip(self.columns, self._values, masks, masks.sum(axis=1).tolist(),
+                                               strict=True):
+            if count:
                 taken = values[rows] if fancy else values[rows].copy()
-                if not set_everywhere[j]:  # as Gymnasium's vector infos: zero where no env set it
-                    taken[~masks[j]] = 0
+                if count != n:  # as Gymnasium's vector infos: zero where no env set it
+                    taken[~mask] = 0
                 info[column.key] = taken
-                info["_" + column.key] = masks[j]
+                info["_" + column.key] = mask
         return info
