@@ -11,20 +11,24 @@ Example:
 from parallelenv.backends import register_backend
 from parallelenv.backends.ray_cluster import shutdown_ray
 from parallelenv.errors import (
+    AllEnvsFinishedWarning,
     AlreadyPendingError,
     ClosedError,
     EnvError,
     NoPendingCallError,
     ParallelEnvError,
+    ParallelEnvWarning,
+    SharedEnvError,
     WorkerDiedError,
     WorkerTimeoutError,
 )
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.policies import POLICIES
-from parallelenv.pool import RolloutPool as RolloutPool  # the pool of rollout workers (parallelenv.pool)
+from parallelenv.pool import RolloutPool
 from parallelenv.recycling import Recycling
 
 __all__ = [
+    "AllEnvsFinishedWarning",
     "AlreadyPendingError",
     "ClosedError",
     "EnvError",
@@ -32,7 +36,10 @@ __all__ = [
     "POLICIES",
     "ParallelEnv",
     "ParallelEnvError",
+    "ParallelEnvWarning",
     "Recycling",
+    "RolloutPool",
+    "SharedEnvError",
     "WorkerDiedError",
     "WorkerTimeoutError",
     "register_backend",

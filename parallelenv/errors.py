@@ -37,7 +37,7 @@ class AllEnvsFinishedWarning(ParallelEnvWarning):
 
     Given once each time the envs are stepped past the end of their episodes:
     a ``reset()`` that starts them again arms it again. Silence it with
-    ``warnings.filterwarnings("ignore", category=parallelenv.errors.AllEnvsFinishedWarning)``
+    ``warnings.filterwarnings("ignore", category=parallelenv.AllEnvsFinishedWarning)``
     where stepping past the end is meant.
     """
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from parallelenv.arrays import import_torch
 from parallelenv.backends.base import Backend
+from parallelenv.devices import torch_device
 
 
 def check_output(output: Any, device: Any) -> None:
@@ -14,7 +15,9 @@ def check_output(output: Any, device: Any) -> None:
         raise ValueError(f"output={output!r}; use 'numpy' or 'torch'")
     if output == "numpy" and device is not None:
         raise ValueError("device= is for output='torch'")
-    if output == "torch" or device is not None:
+    if device is not None:
+        torch_device(device)  # a CUDA device that this torch or machine cannot give says so in our words
+    elif output == "torch":
         import_torch("output='torch'")  # or says what to install
 
 

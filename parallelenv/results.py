@@ -112,6 +112,9 @@ def join_batched_infos(
     wanted = set(selection.env_ids)
     holding = [part for part in stored if wanted.intersection(part[0])]
     kept = [part for part in stored if not wanted.issuperset(part[0])]
+    held = {i for env_ids, _, _ in holding for i in env_ids}
+    if len(held) < len(wanted):  # envs whose hosts' replies brought no vector info: their keys are unset
+        holding.append((tuple(i for i in selection.env_ids if i not in held), {}, None))
     disputed, kinds = _disputed_keys(holding)
     infos = [_with_every_key(info, len(env_ids), holding) for env_ids, info, _ in holding]
     keys = set.intersection(*(set(info) for info in infos)) - disputed - {"_" + key for key in disputed}

@@ -293,6 +293,8 @@ def test_idle_stops_finished_envs_only(make_penv):
     assert obs[0, 1] == 1 and penv.get_env_attr("step_calls") == [2, 3]  # env 1 ended at its 3rd step
 
 
+# Steps past the end under None on purpose: the warning it gives is tests/test_first_all_done_warning.py's.
+@pytest.mark.filterwarnings("ignore::parallelenv.AllEnvsFinishedWarning")
 def test_none_policy_finishes_all_when_one_finishes(make_penv):
     penv = make_penv(counting_envs([1, 5, 5]), asynchronous=None)
     penv.reset(seed=0)

@@ -137,6 +137,8 @@ def test_each_kind_alone(make_penv, kind):
             assert_same(mine, action, f"step obs of env {i}")
 
 
+# Steps past the end under None on purpose: the warning it gives is tests/test_first_all_done_warning.py's.
+@pytest.mark.filterwarnings("ignore::parallelenv.AllEnvsFinishedWarning")
 def test_none_results_leave_fixed_parts_zero_and_the_others_none(make_penv):
     space = spaces.Dict({"word": KINDS["Text"], "box": spaces.Box(-1, 1, (2,), np.float32)})
     penv = make_penv(echo_envs(space, (1, 3)), asynchronous=None)  # env 0's end ends both

@@ -41,7 +41,7 @@ from gymnasium import spaces
 import parallelenv
 from parallelenv import EnvError, ParallelEnv, ParallelEnvError, WorkerDiedError, WorkerTimeoutError
 from parallelenv.backends.shm import NAME_PREFIX
-from parallelenv.errors import RemoteTraceback
+from parallelenv.errors import RemoteTraceback, SharedEnvError
 
 SUBPROC_ONLY = pytest.mark.parametrize("backend", ["subproc"])
 
@@ -187,6 +187,17 @@ def assert_every_call_raises(penv: ParallelEnv, error: type[Exception], env_indi
 # ---------------------------------------------------------------- exceptions inside envs
 
 
+def assert_caused_by_the_envs_exception(error: EnvError) -> None:
+    """An env run in the caller chains its own exception, frames and all (a debugger's post-mortem lands
+    in the env); one run in another process chains its traceback's text."""
+    cause = error.__cause__
+    if isinstance(cause, RemoteTraceback):
+        assert cause.traceback_text == error.remote_traceback
+    else:
+        assert type(cause).__name__ == error.exc_type.rsplit(".", 1)[-1] and str(cause) == error.message
+        assert cause.__traceback__ is not None
+
+
 @pytest.mark.every_backend
 def test_env_raising_in_step_gives_env_error_with_its_fields(make_penv):
     penv = make_penv([counting(0, 100), counting(1, 100), lambda: FaultyEnv(2, at_step=2), counting(3, 100)])
@@ -202,8 +213,7 @@ def test_env_raising_in_step_gives_env_error_with_its_fields(make_penv):
     assert error.message == "env 2 broke on purpose"
     assert 'raise RuntimeError(f"env {self.tag} broke on purpose")' in error.remote_traceback
     assert "envs.py" in error.remote_traceback and "in step" in error.remote_traceback
-    assert isinstance(error.__cause__, RemoteTraceback)
-    assert error.__cause__.traceback_text == error.remote_traceback
+    assert_caused_by_the_envs_exception(error)
     assert "env 2" in str(error) and "RuntimeError" in str(error) and "step" in str(error)
 
 
@@ -245,7 +255,7 @@ def test_env_raising_in_reset_gives_env_error_for_reset(make_penv, backend):
     assert (error.env_index, error.method, error.exc_type) == (1, "reset", "ValueError")
     assert error.message == "env 1 cannot reset"
     assert "cannot reset" in error.remote_traceback and "in reset" in error.remote_traceback
-    assert isinstance(error.__cause__, RemoteTraceback)
+    assert_caused_by_the_envs_exception(error)
     if backend != "tensor":  # its batched env's exception is the whole batch's: no other results
         # The other envs were reset all the same, and the error hands their results over.
         obs, info = error.results
@@ -270,7 +280,7 @@ def test_factory_raising_gives_env_error_for_make(make_penv):
     assert (error.env_index, error.method, error.exc_type) == (1, "make", "OSError")
     assert error.message == "no display to build this env on"
     assert "broken_factory" in error.remote_traceback
-    assert isinstance(error.__cause__, RemoteTraceback)
+    assert_caused_by_the_envs_exception(error)
     # make_penv's teardown checks that no worker or shared memory outlived the failure
 
 
@@ -984,12 +994,17 @@ def shared_env() -> gym.Env:
 @pytest.mark.parametrize("backend", ["dummy", "subproc"])
 def test_factories_returning_the_same_env_are_refused(make_penv):
     # subproc: envs 0 and 1 share a worker (two workers for four envs), where the factory returns one env twice.
-    with pytest.raises(EnvError) as caught:
+    with pytest.raises(ValueError) as caught:
         make_penv([shared_env, shared_env, counting(2), counting(3)])
     error = caught.value
-    assert (error.env_index, error.method, error.exc_type) == (1, "make", "ValueError")
-    assert "env 1 is the same env instance as env 0" in error.message
-    assert "each entry of envs needs its own env" in error.message
+    if isinstance(error, EnvError):  # refused in a worker: reported as that env's, of our own check's type
+        assert (error.env_index, error.method, error.exc_type) == (1, "make", "parallelenv.errors.SharedEnvError")
+        message = error.message
+    else:  # refused in the caller
+        assert isinstance(error, SharedEnvError)
+        message = str(error)
+    assert "env 1 is the same env instance as env 0" in message
+    assert "each entry of envs needs its own env" in message
     # make_penv's teardown checks that no worker or shared memory outlived the refusal
 
 
@@ -1001,7 +1016,7 @@ def test_one_env_instance_given_twice_is_refused_in_dummy(no_leaks, shape):
         "factories of one instance": [CountingEnv(1), lambda: env, lambda: env],
         "one env under a wrapper": [CountingEnv(1), env, lambda: gym.wrappers.TimeLimit(env, 5)],
     }[shape]
-    with pytest.raises(EnvError, match="env 2 is the same env instance as env 1") as caught:
+    with pytest.raises(SharedEnvError, match="env 2 is the same env instance as env 1") as caught:
         ParallelEnv(envs, para_mode="dummy")
     assert isinstance(caught.value, ValueError)  # as SB3's DummyVecEnv refuses it
 

@@ -20,6 +20,7 @@ WITHOUT = {
     "torch, tensor backend": ("torch", "import parallelenv.tensor"),
     "torch, output": ("torch", "from parallelenv import ParallelEnv; ParallelEnv.make('CartPole-v1', 2, output='torch')"),
     "tqdm": ("tqdm", "from parallelenv.rollout import _progress; _progress(range(3), True)"),
+    "torch, shipped tensor envs": ("torch", "from parallelenv.envs import CartPole"),
 }
 EXTRA = {"stable_baselines3": "sb3", "ray": "ray", "torch": "torch", "tqdm": "demo"}
 
@@ -59,6 +60,8 @@ def test_cuda_that_torch_cannot_give_is_said_in_our_words(monkeypatch, machine):
         CartPole(2, device=device)
     with pytest.raises(ValueError, match=why):
         ParallelEnv.make("CartPole-v1", 2, para_mode="tensor", device=device)
+    with pytest.raises(ValueError, match=why):  # torch output of a NumPy backend, before any env is built
+        ParallelEnv.make("CartPole-v1", 2, output="torch", device=device)
 
 
 @pytest.mark.timeout(120)

@@ -92,6 +92,8 @@ def test_the_tensor_backend_batches_each_keyword_over_the_envs(no_leaks):
 # ------------------------------------------------------------------ defaults
 
 
+# Steps past the end under None on purpose: the warning it gives is tests/test_first_all_done_warning.py's.
+@pytest.mark.filterwarnings("ignore::parallelenv.AllEnvsFinishedWarning")
 def test_a_parallel_env_with_no_other_argument_is_dummy_with_policy_none(no_leaks):
     with ParallelEnv([counting(0, 2), counting(1, 5)]) as penv:
         assert (penv.para_mode, penv.asynchronous) == ("dummy", None)

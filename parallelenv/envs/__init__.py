@@ -10,10 +10,14 @@ from typing import Any
 
 import gymnasium as gym
 
-from parallelenv.envs.cartpole import CartPole
-from parallelenv.envs.chasing import Chasing
-from parallelenv.envs.pendulum import Pendulum
-from parallelenv.tensor import TensorEnv
+from parallelenv.arrays import import_torch
+
+import_torch("the shipped tensor envs")  # or says which extra to install, before the envs' own imports need it
+
+from parallelenv.envs.cartpole import CartPole  # noqa: E402
+from parallelenv.envs.chasing import Chasing  # noqa: E402
+from parallelenv.envs.pendulum import Pendulum  # noqa: E402
+from parallelenv.tensor import TensorEnv  # noqa: E402
 
 __all__ = ["TENSOR_ENVS", "CartPole", "Chasing", "Pendulum", "make_tensor_env", "register_tensor_env"]
 
