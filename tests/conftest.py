@@ -10,7 +10,6 @@ or a shared-memory segment outlived them. A registered backend that
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing.forkserver
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from toy_backend import ToyBackend
 
 from parallelenv import ParallelEnv, register_backend
 from parallelenv.backends import Backend, backend_names
-from parallelenv.backends.shm import NAME_PREFIX
+from soak.resources import descendants, segments
 
 register_backend("toy", ToyBackend)  # a backend written in the tests, from the protocol alone
 
@@ -61,41 +60,14 @@ BACKENDS = backend_names()
 TESTS_DIR = Path(__file__).resolve().parent
 
 
-def _infrastructure_pids() -> set[int]:
-    """Long-lived helpers multiprocessing starts once per session, not per ParallelEnv."""
-    pids = set()
-    forkserver_pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
-    if forkserver_pid:
-        pids.add(forkserver_pid)
-    tracker_pid = getattr(multiprocessing.resource_tracker._resource_tracker, "_pid", None)
-    if tracker_pid:
-        pids.add(tracker_pid)
-    return pids
-
-
-def _is_ray_process(process: psutil.Process) -> bool:
-    """Ray starts and reaps its own processes; Ray leaks are checked by actor pids instead."""
-    return any("ray" in part for part in process.cmdline())
-
-
 def live_children() -> list[psutil.Process]:
-    infrastructure = _infrastructure_pids()
-    children = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.pid not in infrastructure and child.status() != psutil.STATUS_ZOMBIE and not _is_ray_process(child):
-                children.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return children
+    """Our live descendants but multiprocessing's helpers and Ray's own processes (Ray leaks are checked
+    by actor pids instead), told apart by the child of ours each descends from: once Ray is imported, every
+    worker the forkserver starts names Ray's paths in its command line (soak.resources.descendants)."""
+    return descendants()[0]
 
 
-def our_segments() -> set[str]:
-    prefix = f"{NAME_PREFIX}{os.getpid()}_"
-    try:
-        return {name for name in os.listdir("/dev/shm") if name.startswith(prefix)}
-    except FileNotFoundError:
-        return set()
+our_segments = segments
 
 
 def assert_gone(pids: list[int]) -> None:
