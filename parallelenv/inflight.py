@@ -158,11 +158,14 @@ class InFlight:
             return outcome
         recycler.stepped(outcome.answered.rows)
         workers = self.backend.workers()  # type: ignore[attr-defined]
-        for index, reason in recycler.due(workers):
-            env_ids = list(workers[index][0])
-            if self.ledger.busy(np.array(env_ids)).size == 0:
-                assert self._resumer is not None  # made with the recycler
-                self._resumer.recycle(env_ids, reason)
+        # Every worker due now and idle, replaced in one go: a limit of steps or seconds makes every
+        # worker due at once, and Ray would otherwise start their actors one after another.
+        idle = [(index, list(workers[index][0]), reason) for index, reason in recycler.due(workers)
+                if self.ledger.busy(np.array(workers[index][0])).size == 0]
+        if idle:
+            assert self._resumer is not None  # made with the recycler
+            self._resumer.recycle([(env_ids, reason) for _, env_ids, reason in idle])
+            for index, _, _ in idle:
                 recycler.renewed(index)
         return outcome
 

@@ -107,13 +107,16 @@ class Resumer:
             for env_id in calling.tolist()
         ]
 
-    def recycle(self, env_ids: list[int], reason: str) -> None:
-        """Replace the worker of ``env_ids``, none of which has a call under way, on purpose: its envs owe
-        their next step their new episode's first obs, as after a death (see parallelenv.recycling)."""
-        self._backend.kill(env_ids)
-        rebuilt = self._backend.restart(env_ids)
-        failure = self.healing.record(tuple(sorted(rebuilt)), WORKER_RECYCLED, reason)
-        self._resume(rebuilt, failure, None)
+    def recycle(self, workers: list[tuple[list[int], str]]) -> None:
+        """Replace these workers (each its env ids, none with a call under way, and why) on purpose, in
+        one restart (Ray starts their actors together): their envs owe their next step their new
+        episode's first obs, as after a death (see parallelenv.recycling). One log entry a worker."""
+        every = [env_id for env_ids, _ in workers for env_id in env_ids]
+        self._backend.kill(every)
+        rebuilt = set(self._backend.restart(every))
+        for env_ids, reason in workers:
+            renewed = sorted(env_id for env_id in env_ids if env_id in rebuilt)
+            self._resume(renewed, self.healing.record(tuple(renewed), WORKER_RECYCLED, reason), None)
 
     def forget_owed(self, env_ids: tuple[int, ...]) -> None:
         """These envs are reset anyway: their new episode starts there, not at their next step."""
