@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,11 @@ from toy_backend import ToyBackend
 
 from parallelenv import ParallelEnv, register_backend
 from parallelenv.backends import Backend, backend_names
-from soak.resources import descendants, segments
+
+# soak/ lives beside tests/: put the checkout on the path for the scripts the tests start, which import
+# this module through the test modules with only tests/ on theirs.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
+from soak.resources import descendants, segments  # noqa: E402
 
 register_backend("toy", ToyBackend)  # a backend written in the tests, from the protocol alone
 
