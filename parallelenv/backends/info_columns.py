@@ -24,6 +24,7 @@ column matches only values of its one type.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -124,16 +125,26 @@ class InfoColumns:
             column.key: (column.kind, values, self._present[j])
             for j, (column, values) in enumerate(zip(self.columns, self._values, strict=True))
         }
+        self._keys = tuple(column.key for column in self.columns)
+        self._kinds_and_values = [(column.kind, values) for column, values in zip(self.columns, self._values)]
+        self._masks = self._present[:len(self.columns)]
+        self._values_of = self._getter(self._keys)
         #: Each column's key and the exact type its values had: what an env's own info holds again.
         self.kinds = {column.key: column.kind for column in self.columns}
 
+    @staticmethod
+    def _getter(keys: tuple[str, ...]) -> Any:
+        """A function of an info: its values of ``keys``, a tuple (itemgetter gives one key's value bare)."""
+        if len(keys) > 1:
+            return operator.itemgetter(*keys)
+        return lambda info: tuple(info[key] for key in keys)
 
     def write(self, stepped: slice | list[int], env_ids: Sequence[int], infos: Sequence[dict[str, Any]]
               ) -> dict[int, dict[str, Any]]:
         """A worker's step of the envs at rows ``stepped``: the infos of those of them that answered,
         ``env_ids``, into the columns; what is left of each env's info that no column takes, for the
         reply (empty infos left out). The rows of envs whose step raised then say nothing."""
-        self._present[:, stepped] = False
+        self._masks[:, stepped] = False
         if infos and self._write_by_key(stepped, env_ids, infos):
             return {}
         by_key = self._by_key
@@ -162,20 +173,20 @@ class InfoColumns:
                       ) -> bool:
         """The common step, in one assignment per key: every env's info holds just the columns' keys, each
         value of its column's type. False, with nothing written, where that is not so."""
-        by_key = self._by_key
-        if not all(len(info) == len(by_key) for info in infos):
+        width = len(self._keys)
+        if not all(len(info) == width for info in infos):
             return False
         rows = stepped if _count(stepped) == len(env_ids) else list(env_ids)
         try:
-            for key, (kind, values, present) in by_key.items():
-                column = [info[key] for info in infos]
+            # Each env's values in the columns' order, then a column's values over the envs.
+            table = [self._values_of(info) for info in infos]
+            for (kind, values), column in zip(self._kinds_and_values, zip(*table), strict=True):
                 if set(map(type, column)) != {kind}:
-                    raise TypeError(key)
+                    raise TypeError(kind)
                 values[rows] = column
-                present[rows] = True
         except (KeyError, TypeError, ValueError, OverflowError):  # a key missing, of another type or shape
-            self._present[:, stepped] = False
             return False
+        self._masks[:, rows] = True
         return True
 
     def forget(self, env_ids: Sequence[int] | np.ndarray) -> None:
@@ -188,19 +199,22 @@ class InfoColumns:
         info: dict[str, Any] = {}
         if not self.columns:
             return info
-        # Every column's mask in one copy, and how many envs set each in one sum: the parent pays a
-        # NumPy call a key, whatever the number of envs.
         fancy = type(rows) is not slice
         masks = self._present[:len(self.columns), rows]
         if not fancy:
             masks = masks.copy()
+        # Which keys every env set, and which none did, from the masks' bytes: a NumPy reduction a
+        # step (masks.sum) cost more than copying every column.
         n = masks.shape[1]
-        for column, values, mask, count in zip(self.columns, self._values, masks, masks.sum(axis=1).tolist(),
-                                               strict=True):
-            if count:
-                taken = values[rows] if fancy else values[rows].copy()
-                if count != n:  # as Gymnasium's vector infos: zero where no env set it
-                    taken[~mask] = 0
-                info[column.key] = taken
-                info["_" + column.key] = mask
+        flags = masks.tobytes()
+        every, none = b"\x01" * n, bytes(n)
+        for j, (key, values, mask) in enumerate(zip(self._keys, self._values, masks, strict=True)):
+            present = flags[j * n:(j + 1) * n]
+            if present == none:
+                continue
+            taken = values[rows] if fancy else values[rows].copy()
+            if present != every:  # as Gymnasium's vector infos: zero where no env set it
+                taken[~mask] = 0
+            info[key] = taken
+            info["_" + key] = mask
         return info
