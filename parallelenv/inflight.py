@@ -51,6 +51,7 @@ class InFlight:
         self._buffers = backend.buffers
         # A backend that runs each call in the caller's thread has nothing to wait for.
         self._answers_in_dispatch = isinstance(backend, RunsInCaller)
+        self._whole_step_in_one_reply = self._answers_in_dispatch or getattr(backend, "answers_whole_steps", False)
         self.policy = policy
         self.call_timeout = call_timeout
         self.arrays: NumpyArrays = array_kind(backend.buffers, backend.single_action_space)
@@ -229,51 +230,79 @@ class InFlight:
         self.ledger.received(selection)
         batched_info, kinds, own_values, self._batched_infos = join_batched_infos(self._batched_infos, selection,
                                                                                   self.arrays)
-        columns = self._buffers.info_columns
-        if columns is not None and columns.columns:
-            in_columns = columns.vector(self.arrays.rows(selection))
-            if in_columns:
-                batched_info = in_columns if batched_info is None else {**batched_info, **in_columns}
-                kinds = columns.kinds
+        batched_info, kinds = self._with_column_infos(batched_info, kinds, selection)
         received = Received(infos, batched_info, none_result, info_kinds=kinds, own_values=own_values)
         add_ended(received, self._buffers.ended, self._buffers.ended_obs, selection)
         return received
 
     def _steps_at_once(self) -> bool:
-        """Whether a step of every env can go through :meth:`_step_at_once` now: under a policy that
-        tracks finished envs, only while none is (it would answer with None results), read on the host."""
-        return (self._answers_in_dispatch and self.ledger.quiet and self._resumer is None
+        """Whether a step of every env can go through :meth:`_step_at_once` now: on a backend that
+        answers it in one reply, with nothing else under way and no worker healing; under a policy
+        that tracks finished envs, only while none is (it would answer with None results), read on the host."""
+        return (self._whole_step_in_one_reply and self.ledger.quiet and self._resumer is None
                 and (not self.policy.tracks_finished or (self.arrays.reads_on_host and not self.finished.any())))
 
     def _step_at_once(self, actions: Any) -> Outcome | None:
-        """Step every env on a backend that runs the step in the caller, with nothing else under way
-        (:meth:`_steps_at_once`), and hand its results over at once.
+        """Step every env with nothing else under way (:meth:`_steps_at_once`), on a backend that
+        answers such a step in one reply, and hand its results over as soon as it comes.
 
         The ledger's round (sent, pending, ready, received) has nothing to
-        track here: the step is answered before dispatch returns. A reply
-        with a failure is entered in the ledger as the general path would
-        have it, and None says so: the caller then waits and hands over as
-        after :meth:`send`.
+        track while the step takes this path: this method waits for the one
+        reply itself, for up to ``call_timeout``. Where anything else comes
+        (a failure, a worker's death, replies in parts, no reply in time, an
+        interrupt), the step is entered in the ledger as sent when it was,
+        what came is absorbed, and the general path takes over: None says
+        so, and the caller waits and hands over as after :meth:`send`.
         """
         everyone = self.everyone
         actions = self.arrays.actions(actions, everyone.count)
         buffers = self._buffers
         self.arrays.put_actions(buffers, everyone.rows, actions)
-        self.backend.dispatch(self._step_everyone)
-        replies = self.backend.collect(0.0)
+        in_caller = self._answers_in_dispatch
+        if not in_caller:
+            buffers.handover.before_whole_call(buffers, True)
+        sent_at = time.monotonic()
+        try:
+            self.backend.dispatch(self._step_everyone if in_caller else self._awaited_step_everyone)
+        except WorkerDiedError as died:
+            self.broken = died
+            raise
+        try:
+            replies = self.backend.collect(0.0 if in_caller else self.call_timeout)
+        except BaseException as exc:
+            self._enter_whole_step(sent_at)
+            if isinstance(exc, WorkerDiedError):
+                self._absorb_before_death(exc)
+                self._survive(exc)
+            raise
         if len(replies) == 1 and not replies[0].failures and replies[0].env_ids == everyone.env_ids:
             reply = replies[0]
-            received = self.last_received = Received(reply.values, reply.info, None, info_kinds=reply.info_kinds)
+            info, kinds = self._with_column_infos(reply.info, reply.info_kinds, everyone)
+            received = self.last_received = Received(reply.values, info, None, info_kinds=kinds)
             add_ended(received, buffers.ended, buffers.ended_obs, everyone)
             if self.policy.tracks_finished:  # none was finished before this step; some may be now
                 self.policy.after_step(self.finished, everyone.rows, buffers.terminated | buffers.truncated)
             results = buffers.handover.step_results(self.arrays, buffers, everyone, self.policy.tracks_finished)
             return Outcome(everyone, [], received, results)
-        self.ledger.number(everyone)
-        self.ledger.dispatched(everyone, time.monotonic())
+        self._enter_whole_step(sent_at)
         for reply in replies:
             self._absorb(reply)
         return None
+
+    def _enter_whole_step(self, sent_at: float) -> None:
+        """Enter a step of every env that :meth:`_step_at_once` sent at ``sent_at`` in the ledger."""
+        self.ledger.number(self.everyone)
+        self.ledger.dispatched(self.everyone, sent_at)
+
+    def _with_column_infos(self, batched_info: dict[str, Any] | None, kinds: dict[str, type] | None,
+                           selection: Selection) -> tuple[dict[str, Any] | None, dict[str, type] | None]:
+        """A vector info with the info columns' keys of the envs of ``selection`` (see info_columns) added."""
+        columns = self._buffers.info_columns
+        if columns is not None and columns.columns:
+            in_columns = columns.vector(self.arrays.rows(selection))
+            if in_columns:
+                return (in_columns if batched_info is None else {**batched_info, **in_columns}), columns.kinds
+        return batched_info, kinds
 
     # ------------------------------------------------------------- dispatching and waiting
 
@@ -330,17 +359,20 @@ class InFlight:
             try:
                 replies = self._block_for_replies(deadline, wanted)
             except WorkerDiedError as died:
-                # Answers read before the death was seen are answers: taken first, an env
-                # answered in time is no longer pending when the death is handled.
-                replies, died.replies_before_death = died.replies_before_death, ()
-                for reply in replies:
-                    self._absorb(reply)
+                self._absorb_before_death(died)
                 self._survive(died)
                 continue
             if replies is None:  # the caller's deadline passed
                 return
             for reply in replies:
                 self._absorb(reply)
+
+    def _absorb_before_death(self, died: WorkerDiedError) -> None:
+        """Answers read before the death was seen are answers: taken first, an env answered in
+        time is no longer pending when the death is handled."""
+        replies, died.replies_before_death = died.replies_before_death, ()
+        for reply in replies:
+            self._absorb(reply)
 
     def _survive(self, died: WorkerDiedError) -> None:
         """Go on past a worker's death where healing says so; else the ParallelEnv is broken."""
