@@ -20,6 +20,7 @@ from envs import DelayEnv, FaultyEnv, counting
 from parallelenv import WorkerDiedError
 from parallelenv.backends import wire
 from parallelenv.backends.base import available_cpus
+from parallelenv.backends.subproc import SubprocBackend
 
 pytestmark = [
     pytest.mark.parametrize("backend", ["subproc"]),
@@ -65,15 +66,22 @@ def test_quiet_and_talking_workers_in_one_step(make_penv):
 
 @pytest.fixture
 def counted_told(monkeypatch):
-    """Per message the backend makes, whether it tells the worker the step is counted."""
+    """Per message the backend makes, whether it tells the worker the step is counted: the messages
+    it encodes, and those of the counted steps it sends already framed (one per worker)."""
     told: list[bool] = []
     encode_call = wire.encode_call
+    dispatch_counted_step = SubprocBackend._dispatch_counted_step
 
     def spy(call, group_ids, counted=False, *args):
         told.append(counted)
         return encode_call(call, group_ids, counted, *args)
 
+    def spy_framed(backend):
+        told.extend(True for _ in backend.workers())
+        return dispatch_counted_step(backend)
+
     monkeypatch.setattr(wire, "encode_call", spy)
+    monkeypatch.setattr(SubprocBackend, "_dispatch_counted_step", spy_framed)
     return told
 
 

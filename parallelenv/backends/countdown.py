@@ -40,6 +40,7 @@ class Countdown:
         self._counter = self._remaining.get_obj()
         self._answers = ctx.RawArray("b", num_workers)
         self._answer_of = np.frombuffer(self._answers, dtype=np.int8)
+        self._all_quiet = bytes([QUIET]) * num_workers
         self._wake_reader, self._wake_writer = ctx.Pipe(duplex=False)
 
     def arm(self) -> None:
@@ -59,6 +60,10 @@ class Countdown:
         """
         os.read(self.fileno(), 4096)
         return self._counter.value == 0
+
+    def all_quiet(self) -> bool:
+        """Whether every worker has answered, and quietly (the common step: one comparison of bytes)."""
+        return bytes(self._answers) == self._all_quiet
 
     def answered_quietly(self, worker_index: int) -> bool:
         return bool(self._answer_of[worker_index] == QUIET)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import pickle
 import select
 import signal
@@ -59,6 +60,7 @@ class _Worker:
 
     def __post_init__(self) -> None:
         self.group_ids = tuple(self.env_ids)
+        self.fd = self.conn.fileno()
         self.pid = self.process.pid  # kept: the process object is closed with the backend
 
     def release(self) -> None:
@@ -160,6 +162,8 @@ class SubprocBackend:
         for worker in self._workers:
             self._watch_worker(worker)
         self._all_ids = tuple(range(self.num_envs))
+        # Actions that travel in the messages make each step's message its own.
+        self._framed_counted_steps = None if self.buffers.private_actions else wire.framed_counted_group_steps()
         self._group_steps: list[tuple[_Worker, Call]] = [(w, Step(w.group_ids)) for w in self._workers]
 
     def _watch_worker(self, worker: _Worker) -> None:
@@ -237,6 +241,9 @@ class SubprocBackend:
         # parent more wake-ups. The countdown is the backend's, one step at a time.
         counted = (self._counts_steps and type(call) is Step and call.awaited and call.env_ids == self._all_ids
                    and not any(w.sent for w in self._workers))
+        if counted and not self._telling_columns and self._framed_counted_steps is not None:
+            self._dispatch_counted_step()
+            return
         routed = self._route(call)
         for worker, _ in routed:
             if worker.death is not None:
@@ -264,6 +271,33 @@ class SubprocBackend:
                     self._lost(worker)
                     self._unreported.append(worker)
 
+    def _dispatch_counted_step(self) -> None:
+        """What :meth:`dispatch` does for a counted step of every env, with the message framed once.
+
+        Every worker gets the same few bytes, the obs slot the only thing in
+        them that changes: written straight to each pipe, framed as
+        ``Connection.recv_bytes`` reads them, the parent's share of a
+        training loop's step is a write per worker.
+        """
+        workers = self._workers
+        for worker in workers:
+            if worker.death is not None:
+                raise worker.death
+        obs_slot = self.buffers.obs_slot
+        framed = self._framed_counted_steps[obs_slot]  # type: ignore[index]  # checked by dispatch
+        self._countdown.arm()
+        self._counting = True
+        for worker in workers:
+            worker.sent.append(worker.group_ids)
+            worker.obs_slot = obs_slot
+            try:
+                if os.write(worker.fd, framed) != len(framed):  # a few bytes: a short write means a broken pipe
+                    raise BrokenPipeError(f"a short write to worker {worker.pid}'s pipe")
+            except OSError:
+                if worker.death is None:
+                    self._lost(worker)
+                    self._unreported.append(worker)
+
     def _with_info_columns(self, worker: _Worker, message: bytes) -> bytes:
         """``message``, behind the layout of the info columns if the worker has not been told it yet."""
         if worker.knows_info_columns:
@@ -284,6 +318,12 @@ class SubprocBackend:
         for worker in self._workers:
             worker.knows_info_columns = False
         self._telling_columns = True
+
+    @property
+    def answers_whole_steps(self) -> bool:
+        """Whether an awaited step of every env comes back as one reply when no env has anything to
+        say: counted (see dispatch), or one worker's."""
+        return self._counts_steps or len(self._workers) == 1
 
     def _is_step_of_all(self, call: Call) -> bool:
         return type(call) is Step and call.env_ids == self._all_ids
@@ -354,14 +394,16 @@ class SubprocBackend:
 
     def _quiet_answers(self) -> list[Reply]:
         """The counted step's answers that came through the countdown alone: no env had an info."""
+        if self._countdown.all_quiet():
+            # Every worker's part of a step of every env: one answer for the whole
+            # step, which the tracker takes in one go, as a whole step's reply.
+            for worker in self._workers:
+                worker.sent.popleft()
+            return [Done(Step, self._all_ids, {})]
         answers: list[Reply] = []
         for index, worker in enumerate(self._workers):
             if worker.sent and self._countdown.answered_quietly(index):
                 answers.append(Done(Step, worker.sent.popleft(), {}))
-        if len(answers) == len(self._workers) > 1:
-            # Every worker's part of a step of every env: one answer for the whole
-            # step, which the tracker takes in one go, as a whole step's reply.
-            return [Done(Step, self._all_ids, {})]
         return answers
 
     def _lost(self, worker: _Worker, reason: str | None = None) -> WorkerDiedError:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -430,3 +431,9 @@ _REPLIES = _by_header(to_worker=False)
 _GROUP_STEPS = [GROUP_STEP.encode(obs_slot) for obs_slot in range(256)]
 _COUNTED_GROUP_STEPS = [COUNTED_GROUP_STEP.encode(obs_slot) for obs_slot in range(256)]
 CLOSING = CLOSE.encode()
+
+
+def framed_counted_group_steps() -> list[bytes]:
+    """The counted step of a worker's whole group, for each obs slot, framed as a
+    :class:`~multiprocessing.connection.Connection` frames a message (a 4-byte big-endian length first)."""
+    return [struct.pack("!i", len(message)) + message for message in _COUNTED_GROUP_STEPS]
