@@ -301,6 +301,19 @@ def test_what_the_caller_holds_under_copy_never_changes_whatever_it_calls_next(m
     held.check()
 
 
+@pytest.mark.parametrize("batch_bytes", [0, RENEW_OBS_MIN_BYTES], ids=["small", "64KiB"])
+def test_what_the_caller_holds_under_copy_is_still_there_after_close(make_penv, backend, batch_bytes):
+    """Results are the caller's after close() too: a lease on a spare slot in shared memory keeps the
+    segment mapped until it is collected (reading one after an unmapping crashed the process)."""
+    penv = make_penv(row_envs(batch_bytes), asynchronous="continue", copy=True)
+    held = Held(torch_results=backend == "tensor")
+    penv.reset(seed=0)
+    for _ in range(SPARE_OBS_SLOTS):
+        held.keep(getattr(penv, "penv", penv).step([1] * NUM_ENVS))
+    penv.close()
+    held.check()
+
+
 @pytest.mark.parametrize("backend", ["dummy", "subproc"])
 @pytest.mark.parametrize("batch_bytes", [RENEW_OBS_MIN_BYTES, OBS_SLOT_MAX_BYTES], ids=["64KiB", "8MiB"])
 def test_a_step_of_every_env_is_handed_over_without_a_copy_where_the_buffers_allow(make_penv, backend, batch_bytes):

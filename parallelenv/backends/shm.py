@@ -35,6 +35,7 @@ import mmap
 import os
 import sys
 import uuid
+import weakref
 from multiprocessing import shared_memory
 
 from gymnasium import spaces
@@ -230,10 +231,39 @@ class SharedBuffers:
             self._owner = False
 
     def release(self) -> None:
-        """Drop our arrays over the segment, close it, and unlink it if we made it."""
-        self.buffers = None
-        try:
-            self.segment.close()
-        except BufferError:
-            pass  # someone still holds an array over it; the mapping goes with the process
+        """Drop our arrays over the segment, close it, and unlink it if we made it.
+
+        Steps handed over in spare obs slots (see :class:`~parallelenv.backends.handover.Slot`)
+        are the caller's for as long as it holds them, closed ParallelEnv or not: reading one
+        after an unmapping would crash the caller's process. The segment is then closed once
+        the last of those leases is collected.
+        """
+        buffers, self.buffers = self.buffers, None
+        leases = [] if buffers is None else [ref() for ref in buffers.obs_leases if ref is not None]
+        leases = [lease for lease in leases if lease is not None]
+        del buffers
+        if leases:
+            _close_once_collected(self.segment, leases)
+        else:
+            _close(self.segment)
         self.unlink()
+
+
+def _close(segment: shared_memory.SharedMemory | MemfdSegment) -> None:
+    try:
+        segment.close()
+    except BufferError:
+        pass  # someone still holds an array over it; the mapping goes with the process
+
+
+def _close_once_collected(segment: shared_memory.SharedMemory | MemfdSegment, leases: list) -> None:
+    """Close ``segment`` when the last of ``leases`` is collected; until then their finalizers hold it."""
+    left = [len(leases)]
+
+    def one_collected() -> None:
+        left[0] -= 1
+        if not left[0]:
+            _close(segment)
+
+    for lease in leases:
+        weakref.finalize(lease, one_collected)
