@@ -258,36 +258,47 @@ class InFlight:
         actions = self.arrays.actions(actions, everyone.count)
         buffers = self._buffers
         self.arrays.put_actions(buffers, everyone.rows, actions)
-        in_caller = self._answers_in_dispatch
-        if not in_caller:
-            buffers.handover.before_whole_call(buffers, True)
-        sent_at = time.monotonic()
-        try:
-            self.backend.dispatch(self._step_everyone if in_caller else self._awaited_step_everyone)
-        except WorkerDiedError as died:
-            self.broken = died
-            raise
-        try:
-            replies = self.backend.collect(0.0 if in_caller else self.call_timeout)
-        except BaseException as exc:
-            self._enter_whole_step(sent_at)
-            if isinstance(exc, WorkerDiedError):
-                self._absorb_before_death(exc)
-                self._survive(exc)
-            raise
+        if self._answers_in_dispatch:
+            self.backend.dispatch(self._step_everyone)
+            replies = self.backend.collect(0.0)
+            sent_at = None
+        else:
+            sent_at, replies = self._send_and_collect_whole_step()
         if len(replies) == 1 and not replies[0].failures and replies[0].env_ids == everyone.env_ids:
             reply = replies[0]
-            info, kinds = self._with_column_infos(reply.info, reply.info_kinds, everyone)
+            info, kinds = reply.info, reply.info_kinds
+            if buffers.info_columns is not None and buffers.info_columns.columns:
+                info, kinds = self._with_column_infos(info, kinds, everyone)
             received = self.last_received = Received(reply.values, info, None, info_kinds=kinds)
             add_ended(received, buffers.ended, buffers.ended_obs, everyone)
             if self.policy.tracks_finished:  # none was finished before this step; some may be now
                 self.policy.after_step(self.finished, everyone.rows, buffers.terminated | buffers.truncated)
             results = buffers.handover.step_results(self.arrays, buffers, everyone, self.policy.tracks_finished)
             return Outcome(everyone, [], received, results)
-        self._enter_whole_step(sent_at)
+        self._enter_whole_step(time.monotonic() if sent_at is None else sent_at)
         for reply in replies:
             self._absorb(reply)
         return None
+
+    def _send_and_collect_whole_step(self) -> tuple[float, list[Reply]]:
+        """:meth:`_step_at_once`'s step on a backend of other processes: when it was sent, and the replies
+        that came within ``call_timeout``. A death or an interrupt is raised with the step in the ledger."""
+        buffers = self._buffers
+        buffers.handover.before_whole_call(buffers, True)
+        sent_at = time.monotonic()
+        try:
+            self.backend.dispatch(self._awaited_step_everyone)
+        except WorkerDiedError as died:
+            self.broken = died
+            raise
+        try:
+            return sent_at, self.backend.collect(self.call_timeout)
+        except BaseException as exc:
+            self._enter_whole_step(sent_at)
+            if isinstance(exc, WorkerDiedError):
+                self._absorb_before_death(exc)
+                self._survive(exc)
+            raise
 
     def _enter_whole_step(self, sent_at: float) -> None:
         """Enter a step of every env that :meth:`_step_at_once` sent at ``sent_at`` in the ledger."""

@@ -46,7 +46,7 @@ class Received:
     info_kinds: Mapping[str, type] | None = None
     # Per env id, the values of keys whose column types differed between hosts, as each env gave them:
     # ``batched_info`` holds them cast to one dtype.
-    own_values: dict[int, dict[str, Any]] = field(default_factory=dict)
+    own_values: Mapping[int, dict[str, Any]] | None = None  # None: no value was cast (nearly every step)
 
 
 @dataclass
@@ -240,7 +240,8 @@ def merge_batched(info: dict[str, Any], batched: dict[str, Any], ids: np.ndarray
 def own_info(received: Received, position: int, env_id: int) -> dict[str, Any]:
     """The info the env at ``position`` (env ``env_id``) of a step handed over gave itself, each value as
     it gave it, before any merge into a vector info cast it; the ``restart`` policy's additions left out."""
-    info = {**received.own_values.get(env_id, {}), **received.infos.get(env_id, {})}
+    own = received.own_values.get(env_id, {}) if received.own_values else {}
+    info = {**own, **received.infos.get(env_id, {})}
     batched = received.batched_info
     if batched is not None:
         kinds = received.info_kinds or {}
