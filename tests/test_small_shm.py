@@ -104,6 +104,8 @@ def _run_in_child(num_envs: int, expect_backing: str, kill_a_worker: bool = Fals
             assert (obs == ((tags + 1) % 256).astype(np.uint8)[:, None]).all()
             assert len(penv.failures) == 1
         assert penv.backend._shared.backing == expect_backing
+    assert penv.backend.buffers is None  # closed; the segment stays mapped while the caller holds obs
+    del obs  # handed over in a spare slot, the last array over the segment
     _assert_nothing_left()
 
 
@@ -220,4 +222,6 @@ def test_buffers_in_a_memfd_reach_the_workers_and_leave_nothing(no_leaks, monkey
             obs, _ = penv.reset(seed=0)
             obs, *_ = penv.step([0, 0, 0])
             assert (obs == np.array([1, 2, 3], dtype=np.uint8)[:, None]).all() and len(penv.failures) == 1
+    assert (obs == np.array([1, 2, 3], dtype=np.uint8)[:, None]).all()  # still the caller's after close()
+    del obs  # the last array over the buffers: they are unmapped with it
     assert _mappings_of_ours() == []

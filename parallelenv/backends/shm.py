@@ -37,7 +37,9 @@ import sys
 import uuid
 import weakref
 from multiprocessing import shared_memory
+from typing import Any
 
+import numpy as np
 from gymnasium import spaces
 
 from parallelenv.backends.buffers import Buffers
@@ -233,20 +235,38 @@ class SharedBuffers:
     def release(self) -> None:
         """Drop our arrays over the segment, close it, and unlink it if we made it.
 
-        Steps handed over in spare obs slots (see :class:`~parallelenv.backends.handover.Slot`)
-        are the caller's for as long as it holds them, closed ParallelEnv or not: reading one
-        after an unmapping would crash the caller's process. The segment is then closed once
-        the last of those leases is collected.
+        Results handed over without a copy (leases on spare obs slots, see
+        :class:`~parallelenv.backends.handover.Slot`; the buffers themselves under
+        ``copy=False``) are readable for as long as the caller holds them, closed
+        ParallelEnv or not: reading one after an unmapping would crash the caller's
+        process. The segment is then closed once the last of those arrays is collected.
         """
         buffers, self.buffers = self.buffers, None
-        leases = [] if buffers is None else [ref() for ref in buffers.obs_leases if ref is not None]
-        leases = [lease for lease in leases if lease is not None]
+        held = [] if buffers is None else _what_the_caller_may_hold(buffers)
         del buffers
-        if leases:
-            _close_once_collected(self.segment, leases)
+        if held:
+            _close_once_collected(self.segment, held)
         else:
             _close(self.segment)
         self.unlink()
+
+
+def _what_the_caller_may_hold(buffers: Buffers) -> list[np.ndarray]:
+    """The arrays over the segment that results handed over may still be views of: the live leases on
+    spare obs slots, and where results are lent (``copy=False``), the result arrays themselves."""
+    held = [lease for lease in (ref() for ref in buffers.obs_leases if ref is not None) if lease is not None]
+    if buffers.lent:
+        held += [*_arrays_of(buffers.obs), buffers.reward, buffers.terminated, buffers.truncated]
+    return held
+
+
+def _arrays_of(batched: Any) -> list[np.ndarray]:
+    """The arrays of a batch of fixed shape, in a dict or tuple space's nesting."""
+    if isinstance(batched, dict):
+        return [array for part in batched.values() for array in _arrays_of(part)]
+    if isinstance(batched, tuple):
+        return [array for part in batched for array in _arrays_of(part)]
+    return [batched] if isinstance(batched, np.ndarray) else []
 
 
 def _close(segment: shared_memory.SharedMemory | MemfdSegment) -> None:
