@@ -131,7 +131,8 @@ class InfoColumns:
         self._keys = tuple(column.key for column in self.columns)
         self._mask_keys = tuple("_" + key for key in self._keys)
         self._all_set = b"\x01" * (len(self.columns) * n)
-        self._kinds_and_values = [(column.kind, values) for column, values in zip(self.columns, self._values)]
+        self._kinds_and_values = [(column.kind, values)
+                                  for column, values in zip(self.columns, self._values, strict=True)]
         self._masks = self._present[:len(self.columns)]
         self._values_of = self._getter(self._keys)
         #: Each column's key and the exact type its values had: what an env's own info holds again.
@@ -185,7 +186,7 @@ class InfoColumns:
         try:
             # Each env's values in the columns' order, then a column's values over the envs.
             table = [self._values_of(info) for info in infos]
-            for (kind, values), column in zip(self._kinds_and_values, zip(*table), strict=True):
+            for (kind, values), column in zip(self._kinds_and_values, zip(*table, strict=True), strict=True):
                 if set(map(type, column)) != {kind}:
                     raise TypeError(kind)
                 values[rows] = column
