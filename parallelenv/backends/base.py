@@ -86,6 +86,12 @@ class Backend(Protocol):
     # the envs at once, so that the waiting collect ends with their deaths; it
     # must touch nothing that the waiting thread reads. Backends that run the
     # envs in the caller's thread have nothing to stop and leave it out.
+    #
+    # Optional: ``answers_whole_steps``, True where an awaited step of every env
+    # (``Step.awaited``) with nothing else under way comes back as one Done for
+    # all the envs unless some env has something to say; the tracker then waits
+    # for that one reply itself and skips its per-call bookkeeping. False or
+    # absent: the general path, whatever the replies.
 
     def close(self) -> None: ...
 

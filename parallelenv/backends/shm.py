@@ -276,14 +276,14 @@ def _close(segment: shared_memory.SharedMemory | MemfdSegment) -> None:
         pass  # someone still holds an array over it; the mapping goes with the process
 
 
-def _close_once_collected(segment: shared_memory.SharedMemory | MemfdSegment, leases: list) -> None:
-    """Close ``segment`` when the last of ``leases`` is collected; until then their finalizers hold it."""
-    left = [len(leases)]
+def _close_once_collected(segment: shared_memory.SharedMemory | MemfdSegment, held: list[np.ndarray]) -> None:
+    """Close ``segment`` when the last of the arrays ``held`` is collected; until then their finalizers hold it."""
+    left = [len(held)]
 
     def one_collected() -> None:
         left[0] -= 1
         if not left[0]:
             _close(segment)
 
-    for lease in leases:
-        weakref.finalize(lease, one_collected)
+    for array in held:
+        weakref.finalize(array, one_collected)

@@ -265,11 +265,14 @@ class SubprocBackend:
             try:
                 worker.conn.send_bytes(message)
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-                # The other workers still get their share: the call is under
-                # way, and the next collect reports this one's death.
-                if worker.death is None:
-                    self._lost(worker)
-                    self._unreported.append(worker)
+                self._not_sent(worker)
+
+    def _not_sent(self, worker: _Worker) -> None:
+        """A worker whose pipe broke while a call was sent: the other workers still get their share,
+        the call is under way, and the next collect reports this one's death."""
+        if worker.death is None:
+            self._lost(worker)
+            self._unreported.append(worker)
 
     def _dispatch_counted_step(self) -> None:
         """What :meth:`dispatch` does for a counted step of every env, with the message framed once.
@@ -294,9 +297,7 @@ class SubprocBackend:
                 if os.write(worker.fd, framed) != len(framed):  # a few bytes: a short write means a broken pipe
                     raise BrokenPipeError(f"a short write to worker {worker.pid}'s pipe")
             except OSError:
-                if worker.death is None:
-                    self._lost(worker)
-                    self._unreported.append(worker)
+                self._not_sent(worker)
 
     def _with_info_columns(self, worker: _Worker, message: bytes) -> bytes:
         """``message``, behind the layout of the info columns if the worker has not been told it yet."""
