@@ -9,7 +9,7 @@ Example:
 """
 
 from parallelenv.backends import register_backend
-from parallelenv.backends.ray_cluster import shutdown_ray
+from parallelenv.backends.ray.cluster import shutdown_ray
 from parallelenv.errors import (
     AllEnvsFinishedWarning,
     AlreadyPendingError,

@@ -38,7 +38,7 @@ class Step:
     # The caller waits for every env of this step before it does anything
     # else (``step()``, not ``send()`` and a ``recv`` of some): a backend may
     # then hand the step's results over all at once, when the last env has
-    # answered (see parallelenv.backends.countdown). The caller's choice,
+    # answered (see parallelenv.backends.subproc.countdown). The caller's choice,
     # stated with the call: a backend never guesses it from how it is waited on.
     awaited: bool = False
 

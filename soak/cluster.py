@@ -1,6 +1,6 @@
 """The local Ray cluster the Ray soaks share: started once, shut down at the end.
 
-Not :func:`parallelenv.backends.ray_cluster.acquire`, which sizes a cluster
+Not :func:`parallelenv.backends.ray.cluster.acquire`, which sizes a cluster
 to the machine and keeps it up until exit: the soak wants CI's two CPUs
 whatever the machine, and its processes gone before it reports. Started
 here, the cluster is the caller's in the library's eyes, which never shuts

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from parallelenv import ParallelEnv
-from parallelenv.backends.shm import NAME_PREFIX
+from parallelenv.backends.subproc.shm import NAME_PREFIX
 
 MIB = 2**20
 

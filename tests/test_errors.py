@@ -40,7 +40,7 @@ from gymnasium import spaces
 
 import parallelenv
 from parallelenv import EnvError, ParallelEnv, ParallelEnvError, WorkerDiedError, WorkerTimeoutError
-from parallelenv.backends.shm import NAME_PREFIX
+from parallelenv.backends.subproc.shm import NAME_PREFIX
 from parallelenv.errors import RemoteTraceback, SharedEnvError
 
 SUBPROC_ONLY = pytest.mark.parametrize("backend", ["subproc"])

@@ -1,7 +1,7 @@
 """Per-step infos of every kind give the same vector infos on every backend as on dummy.
 
 Numeric keys travel in the shared buffers' info columns on the process
-backends (:mod:`parallelenv.backends.info_columns`), the rest in the replies;
+backends (:mod:`parallelenv.infos.columns`), the rest in the replies;
 a key whose type changes or that comes late mixes both in one step. Whatever
 the road, the caller gets what the dummy backend gives, and what it holds is
 not changed by later steps.
@@ -20,7 +20,7 @@ from gymnasium import spaces
 from gymnasium.utils.env_checker import data_equivalence
 
 from parallelenv import ParallelEnv
-from parallelenv.backends.info_columns import INFO_CELLS, InfoColumns, learn
+from parallelenv.infos.columns import INFO_CELLS, InfoColumns, learn
 from parallelenv.results import merge_batched
 
 pytestmark = pytest.mark.local_backends

@@ -28,7 +28,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from parallelenv import ClosedError, ParallelEnv
-from parallelenv.backends.shm import NAME_PREFIX
+from parallelenv.backends.subproc.shm import NAME_PREFIX
 
 SUBPROC_ONLY = pytest.mark.parametrize("backend", ["subproc"])
 TESTS_DIR = Path(__file__).resolve().parent

@@ -19,7 +19,7 @@ WITHOUT = {
     "ray": ("ray", "from parallelenv import ParallelEnv; ParallelEnv.make('CartPole-v1', 2, para_mode='ray')"),
     "torch, tensor backend": ("torch", "import parallelenv.tensor"),
     "torch, output": ("torch", "from parallelenv import ParallelEnv; ParallelEnv.make('CartPole-v1', 2, output='torch')"),
-    "tqdm": ("tqdm", "from parallelenv.rollout import _progress; _progress(range(3), True)"),
+    "tqdm": ("tqdm", "from parallelenv.rollout.vec_worker import _progress; _progress(range(3), True)"),
     "torch, shipped tensor envs": ("torch", "from parallelenv.envs import CartPole"),
 }
 EXTRA = {"stable_baselines3": "sb3", "ray": "ray", "torch": "torch", "tqdm": "demo"}

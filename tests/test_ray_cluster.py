@@ -24,8 +24,8 @@ from envs import CountingEnv, counting
 
 import parallelenv
 from parallelenv import ParallelEnv, ParallelEnvError
-from parallelenv.backends import ray_cluster
-from parallelenv.backends.ray_cluster import shutdown_ray
+from parallelenv.backends.ray import cluster as ray_cluster
+from parallelenv.backends.ray.cluster import shutdown_ray
 
 pytestmark = pytest.mark.skipif(not HAS_RAY, reason="Ray is not installed")
 THIS = Path(__file__).resolve()

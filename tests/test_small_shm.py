@@ -120,7 +120,7 @@ def _assert_nothing_left() -> None:
 
 def _race_in_child() -> None:
     """/dev/shm looks roomy when measured, as when another process fills it just after."""
-    from parallelenv.backends import shm
+    from parallelenv.backends.subproc import shm
 
     shm._free_shm_bytes = lambda: 2**40
     _run_in_child(80, "memfd")
@@ -129,7 +129,7 @@ def _race_in_child() -> None:
 def _refused_in_child() -> None:
     """Memory outside /dev/shm cannot be had either: a clear error, before any worker writes."""
     from parallelenv import ParallelEnv
-    from parallelenv.backends.shm import SHM_HEADROOM, SharedMemoryError
+    from parallelenv.backends.subproc.shm import SHM_HEADROOM, SharedMemoryError
 
     def no_memory(*args: Any) -> int:
         raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
@@ -206,7 +206,7 @@ def test_under_a_small_dev_shm(small_shm, no_leaks, child):
 def test_buffers_in_a_memfd_reach_the_workers_and_leave_nothing(no_leaks, monkeypatch, on_worker_failure):
     # Runs where no small /dev/shm can be mounted (no root): /dev/shm looks full.
     from parallelenv import ParallelEnv
-    from parallelenv.backends import shm
+    from parallelenv.backends.subproc import shm
 
     monkeypatch.setattr(shm, "_free_shm_bytes", lambda: 0)
     envs = [functools.partial(MegabyteEnv, i) for i in range(3)]

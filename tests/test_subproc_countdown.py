@@ -1,4 +1,4 @@
-"""The subproc backend's counted steps (see parallelenv.backends.countdown).
+"""The subproc backend's counted steps (see parallelenv.backends.subproc.countdown).
 
 A ``step()`` of every env, with a worker per core, sleeps until the last worker
 counts down; a worker with no info to send answers through the countdown
@@ -18,9 +18,9 @@ import pytest
 from envs import DelayEnv, FaultyEnv, counting
 
 from parallelenv import WorkerDiedError
-from parallelenv.backends import wire
 from parallelenv.backends.base import available_cpus
-from parallelenv.backends.subproc import SubprocBackend
+from parallelenv.backends.subproc import wire
+from parallelenv.backends.subproc.backend import SubprocBackend
 
 pytestmark = [
     pytest.mark.parametrize("backend", ["subproc"]),

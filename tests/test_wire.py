@@ -1,4 +1,4 @@
-"""The subproc backend's wire (parallelenv.backends.wire): every kind of message, encoded and read back.
+"""The subproc backend's wire (parallelenv.backends.subproc.wire): every kind of message, encoded and read back.
 
 These run in one process: what they guard is the table from header byte to
 encoder and decoder, which a wrong byte breaks for every call of that kind
@@ -16,11 +16,11 @@ import pytest
 from envs import CountingEnv
 from gymnasium import spaces
 
-from parallelenv.backends import wire
 from parallelenv.backends.buffers import Buffers
-from parallelenv.backends.countdown import Countdown
 from parallelenv.backends.env_group import EnvGroup
-from parallelenv.backends.worker import Attach, _serve
+from parallelenv.backends.subproc import wire
+from parallelenv.backends.subproc.countdown import Countdown
+from parallelenv.backends.subproc.worker import Attach, _serve
 from parallelenv.batching import zeros
 from parallelenv.calls import CallMethod, Done, Failure, GetAttr, Rebuild, ReplaceEnv, Reset, SetAttr, Step, split_call
 

@@ -18,9 +18,9 @@ __all__ = [
 
 _REGISTRY: dict[str, Union[BackendFactory, str]] = {
     "dummy": "parallelenv.backends.dummy:DummyBackend",
-    "subproc": "parallelenv.backends.subproc:SubprocBackend",
-    "ray": "parallelenv.backends.ray_backend:make_ray",
-    "ray-subproc": "parallelenv.backends.ray_backend:make_ray_subproc",
+    "subproc": "parallelenv.backends.subproc.backend:SubprocBackend",
+    "ray": "parallelenv.backends.ray.backend:make_ray",
+    "ray-subproc": "parallelenv.backends.ray.backend:make_ray_subproc",
     "tensor": "parallelenv.backends.tensor:TensorBackend",
 }
 

@@ -17,8 +17,8 @@ import numpy as np
 from gymnasium import spaces
 
 from parallelenv.backends.handover import LEASES_HOLD_VIEWS, Handover, choose
-from parallelenv.backends.info_columns import CELL_BYTES, INFO_CELLS, InfoColumns
 from parallelenv.batching import Allocator, Batched, allocate, is_per_env_objects, private_parts
+from parallelenv.infos.columns import CELL_BYTES, INFO_CELLS, InfoColumns
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Buffers:
     private_obs: list[np.ndarray] = field(init=False, repr=False)
     private_actions: list[np.ndarray] = field(init=False, repr=False)
     #: Buffers whose envs run in other processes give a step's numeric infos
-    #: columns of their own (see :mod:`~parallelenv.backends.info_columns`); None elsewhere.
+    #: columns of their own (see :mod:`~parallelenv.infos.columns`); None elsewhere.
     info_columns: InfoColumns | None = None
 
     def __post_init__(self) -> None:
@@ -87,7 +87,7 @@ class Buffers:
     ) -> Buffers:
         """The buffers of ``num_envs`` envs; ``restarts``: with the rows of ended episodes, where they fit;
         ``spare_obs_slots``: that many spare ``obs`` arrays (see :meth:`use_obs_slot`); ``info_columns``:
-        with cells for infos (see :mod:`~parallelenv.backends.info_columns`)."""
+        with cells for infos (see :mod:`~parallelenv.infos.columns`)."""
         obs = allocate(obs_space, num_envs, alloc)
         buffers = cls(
             obs=obs,

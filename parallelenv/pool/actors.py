@@ -16,7 +16,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from parallelenv.backends import ray_cluster
+from parallelenv.backends.ray import cluster as ray_cluster
 from parallelenv.pool.host import WorkerHost
 from parallelenv.pool.messages import Close, Died, Failed, Reply, SetWeights, WorkerSpec
 from parallelenv.pool.weights import Update

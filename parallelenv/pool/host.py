@@ -32,7 +32,7 @@ from parallelenv.pool.messages import (
     describe,
 )
 from parallelenv.pool.weights import SharedWeights, Update, load
-from parallelenv.trajectories import EpisodeBatch
+from parallelenv.rollout.trajectories import EpisodeBatch
 
 
 class WorkerHost:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from parallelenv.trajectories import EpisodeBatch, Transitions
+from parallelenv.rollout.trajectories import EpisodeBatch, Transitions
 
 
 @dataclass(frozen=True)

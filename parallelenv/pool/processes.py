@@ -1,8 +1,8 @@
 """Pool workers as processes on this machine: each a :class:`~parallelenv.pool.host.WorkerHost` behind a pipe.
 
 They start as the subprocess backend's workers do (forkserver, one BLAS
-thread each, the caller's script not re-run: :mod:`parallelenv.backends.spawning`)
-and die with the caller (:mod:`parallelenv.backends.lifeline`). They are
+thread each, the caller's script not re-run: :mod:`parallelenv.backends.subproc.spawning`)
+and die with the caller (:mod:`parallelenv.backends.subproc.lifeline`). They are
 not daemonic, unlike the subprocess backend's workers, because a pool
 worker may run ``para_mode="subproc"`` inside it, and a daemonic process may
 not start processes; the lifeline and :meth:`ProcessFleet.close` end them instead.
@@ -20,9 +20,9 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from parallelenv.backends import pickling
-from parallelenv.backends.lifeline import tie_to_parent
-from parallelenv.backends.spawning import main_module_not_rerun, single_threaded_numerics, start_context
-from parallelenv.backends.subproc import _exit_reason  # one wording of an exit, the backends'
+from parallelenv.backends.subproc.backend import _exit_reason  # one wording of an exit, the backends'
+from parallelenv.backends.subproc.lifeline import tie_to_parent
+from parallelenv.backends.subproc.spawning import main_module_not_rerun, single_threaded_numerics, start_context
 from parallelenv.pool.host import WorkerHost
 from parallelenv.pool.messages import Close, Died, Reply, SetWeights, WorkerSpec
 from parallelenv.pool.weights import SharedWeights, Update

@@ -43,7 +43,7 @@ from parallelenv.pool.messages import (
 )
 from parallelenv.pool.samples import Collected, LostWork, Samples
 from parallelenv.pool.weights import check_update, pickle_policy, state_arrays
-from parallelenv.trajectories import Transitions
+from parallelenv.rollout.trajectories import Transitions
 
 POLL_S = 0.5  # how often a wait looks at the clock (call_timeout, start_timeout)
 

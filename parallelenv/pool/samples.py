@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from parallelenv.arrays import Tree, first_leaf, is_tensor, tree_map
-from parallelenv.trajectories import EpisodeBatch, StepFields, Transitions
+from parallelenv.rollout.trajectories import EpisodeBatch, StepFields, Transitions
 
 
 @dataclass(frozen=True)
@@ -21,8 +21,8 @@ class Collected:
         policy_version: the version of the weights it was collected with
             (0: the policy the pool was built with; each ``agent_update`` adds one).
         env_ids: the pool's numbers of the worker's envs (the batch numbers them from 0).
-        data: :class:`~parallelenv.trajectories.Transitions` (``obtain_samples``) or
-            :class:`~parallelenv.trajectories.EpisodeBatch` (``obtain_exact_episodes``).
+        data: :class:`~parallelenv.rollout.trajectories.Transitions` (``obtain_samples``) or
+            :class:`~parallelenv.rollout.trajectories.EpisodeBatch` (``obtain_exact_episodes``).
     """
 
     worker: int

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from parallelenv.backends import pickling
-from parallelenv.backends.shm import NAME_PREFIX
+from parallelenv.backends.subproc.shm import NAME_PREFIX
 
 ALIGN = 64
 HEADER = 3  # int64s: writes begun, writes done, version of the weights in the block

@@ -5,7 +5,7 @@ Sample Factory's double-buffered sampling over the ParallelEnv's ``send`` and
 ``overlap=True``. A mixin of VecWorker, whose ``collect`` calls
 ``_collect_overlapped``; the state it reads and writes (the current obs,
 the step count, the halves), the agent's actions (``_act``) and the
-settling of each step (``_settler``, :mod:`parallelenv.settling`) are VecWorker's.
+settling of each step (``_settler``, :mod:`parallelenv.rollout.settling`) are VecWorker's.
 
 The halves are the even and the odd env ids: a worker process or Ray actor
 hosts a run of consecutive ids and steps them one after another, so a
@@ -25,11 +25,11 @@ import numpy as np
 from parallelenv.arrays import Tree, concatenate, is_tensor, stack, take_rows, tree_map
 from parallelenv.errors import EnvError, NoPendingCallError, ParallelEnvError
 from parallelenv.infos import env_info, vector_info
-from parallelenv.trajectories import StepFields, Transitions
+from parallelenv.rollout.trajectories import StepFields, Transitions
 
 if TYPE_CHECKING:
     from parallelenv.parallel_env import ParallelEnv
-    from parallelenv.settling import Settled, Settler
+    from parallelenv.rollout.settling import Settled, Settler
 
 
 @dataclass

@@ -19,11 +19,11 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from parallelenv.backends import wire
 from parallelenv.backends.base import Backend, BackendConfig
 from parallelenv.backends.dummy import DummyBackend
 from parallelenv.backends.spaces import SpaceMismatch
-from parallelenv.backends.subproc import SubprocBackend
+from parallelenv.backends.subproc import wire
+from parallelenv.backends.subproc.backend import SubprocBackend
 from parallelenv.batching import Batched, put, take
 from parallelenv.calls import NO_RESULT_CALLS, Call, Done, Failure, Reply, Step, shifted
 from parallelenv.errors import EnvError, WorkerDiedError

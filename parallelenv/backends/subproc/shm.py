@@ -3,7 +3,7 @@
 Workers write observations, rewards and flags straight into their rows and
 the parent reads them without unpickling anything; the parts of spaces of no
 fixed shape stay out of the segment, private to each process, and travel
-with the messages (:mod:`parallelenv.backends.wire`). The parent creates the
+with the messages (:mod:`parallelenv.backends.subproc.wire`). The parent creates the
 segment and unlinks its name as soon as every worker has attached to it by
 that name, so that nothing is left in ``/dev/shm`` however the processes end.
 

@@ -14,14 +14,14 @@ is an empty message: the results themselves are already in shared memory,
 and the parent knows which call a reply answers because each worker answers
 in the order it was asked. Such a step is *counted* when the parent sleeps
 on the countdown rather than on the pipes (see
-:mod:`parallelenv.backends.countdown`); the backend decides it, and its
+:mod:`parallelenv.backends.subproc.countdown`); the backend decides it, and its
 own header tells the worker. A step of some of a worker's envs (``send`` to
 a few envs, or one half of them in overlapped collection) is the header and
 their ids as 32-bit integers: pickling it costs the parent tens of
 microseconds.
 
 A step's numeric infos go into columns of the shared buffers once the
-parent has learned them (:mod:`parallelenv.backends.info_columns`): it tells
+parent has learned them (:mod:`parallelenv.infos.columns`): it tells
 each worker their layout in front of its next call.
 
 Shared buffers may hand observations over in turns (see

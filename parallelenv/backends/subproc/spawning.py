@@ -26,7 +26,7 @@ def start_context(start_method: str | None) -> Any:
     method = start_method or default_start_method()
     ctx = mp.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(["parallelenv.backends.worker"])
+        ctx.set_forkserver_preload(["parallelenv.backends.subproc.worker"])
     return ctx
 
 

@@ -3,13 +3,13 @@
 Why this shape: one pipe round trip costs more than a cheap env's step, so a
 worker steps several envs per message and every call costs one short message
 per worker, not per env. Observations, rewards and flags go through shared
-memory (see :mod:`parallelenv.backends.shm`); the pipe carries only the call
+memory (see :mod:`parallelenv.backends.subproc.shm`); the pipe carries only the call
 and the envs' non-empty infos. The parent blocks in one ``poll`` on the pipes
 and the processes' sentinels, so it takes no core from the envs and learns
 at once when a worker dies; for a step of every env whose caller waits for
 all of it (:attr:`Step.awaited <parallelenv.calls.Step.awaited>`, as
 ``step()`` says), it sleeps instead on a
-:class:`~parallelenv.backends.countdown.Countdown` that only the last worker
+:class:`~parallelenv.backends.subproc.countdown.Countdown` that only the last worker
 to answer wakes.
 """
 
@@ -30,18 +30,19 @@ from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from parallelenv.backends import info_columns, wire
 from parallelenv.backends.base import BackendConfig, available_cpus
 from parallelenv.backends.buffers import spare_obs_slots
-from parallelenv.backends.countdown import Countdown
 from parallelenv.backends.env_sources import EnvSource, env_list, pickle_sources
 from parallelenv.backends.partition import Groups
-from parallelenv.backends.shm import SharedBuffers
 from parallelenv.backends.spaces import common_spaces
-from parallelenv.backends.spawning import main_module_not_rerun, single_threaded_numerics, start_context
-from parallelenv.backends.worker import LINGER_S, Attach, Ready, worker_main
+from parallelenv.backends.subproc import wire
+from parallelenv.backends.subproc.countdown import Countdown
+from parallelenv.backends.subproc.shm import SharedBuffers
+from parallelenv.backends.subproc.spawning import main_module_not_rerun, single_threaded_numerics, start_context
+from parallelenv.backends.subproc.worker import LINGER_S, Attach, Ready, worker_main
 from parallelenv.calls import Call, Done, Failure, Reply, Step
 from parallelenv.errors import WorkerDiedError
+from parallelenv.infos import columns as info_columns
 
 CLOSE_GRACE_S = 5.0
 
@@ -423,7 +424,7 @@ class SubprocBackend:
 
     @property
     def countdown(self) -> Countdown:
-        """What counted steps sleep on (see :mod:`~parallelenv.backends.countdown`); read-only, for tests."""
+        """What counted steps sleep on (see :mod:`~parallelenv.backends.subproc.countdown`); read-only, for tests."""
         return self._countdown
 
     def restart(self, env_ids: Sequence[int]) -> list[int]:

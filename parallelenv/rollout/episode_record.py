@@ -12,8 +12,8 @@ import numpy as np
 
 from parallelenv.arrays import Tree, stack, to_numpy, tree_map
 from parallelenv.infos import step_info
-from parallelenv.settling import Step
-from parallelenv.trajectories import EpisodeBatch
+from parallelenv.rollout.settling import Step
+from parallelenv.rollout.trajectories import EpisodeBatch
 
 NOT_RECORDED = -1  # an episode's start: it began before recording did, so it is not handed over
 

@@ -1,6 +1,6 @@
 """The ``ray`` and ``ray-subproc`` backends: groups of envs in Ray actors.
 
-Each actor runs a :class:`~parallelenv.backends.actor_host.GroupHost`:
+Each actor runs a :class:`~parallelenv.backends.ray.actor_host.GroupHost`:
 ``ray`` gives every env its own actor (for envs that need their own GPU,
 licence or memory), ``ray-subproc`` gives each actor a group of envs that it
 runs in its own worker processes (one Ray round trip per group, not per env).
@@ -18,13 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from parallelenv.backends import ray_cluster, wire
-from parallelenv.backends.actor_host import GroupHost, Lost, Rows
 from parallelenv.backends.base import BackendConfig
 from parallelenv.backends.buffers import Buffers
 from parallelenv.backends.env_sources import EnvSource, env_list, pickle_sources
 from parallelenv.backends.partition import Groups
+from parallelenv.backends.ray import cluster as ray_cluster
+from parallelenv.backends.ray.actor_host import GroupHost, Lost, Rows
 from parallelenv.backends.spaces import SpaceMismatch, common_spaces
+from parallelenv.backends.subproc import wire
 from parallelenv.batching import put, take, zeros
 from parallelenv.calls import Call, Done, Failure, Reply, Step, method_name
 from parallelenv.errors import WorkerDiedError

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from parallelenv.infos import ENV_RESTARTED, RESTART_KEYS, WORKER_RESTARTED
+from parallelenv.infos.vector import ENV_RESTARTED, RESTART_KEYS, WORKER_RESTARTED
 
 #: 8-byte cells per env: a scalar takes one, an array as many as its bytes
 #: need. Keys past them travel in the replies.

@@ -8,7 +8,7 @@ signal) and ends the process. And on Linux the kernel kills the worker when
 the process that started it exits (``PR_SET_PDEATHSIG``; under forkserver
 that is the fork server, which exits with the parent), for an env that holds
 the interpreter's lock forever. The shared memory needs neither: its name is
-unlinked once every worker has attached (see :mod:`parallelenv.backends.shm`).
+unlinked once every worker has attached (see :mod:`parallelenv.backends.subproc.shm`).
 """
 
 from __future__ import annotations

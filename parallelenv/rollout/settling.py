@@ -19,7 +19,7 @@ import numpy as np
 
 from parallelenv.arrays import Tree, copy_tree, put_masked, put_row, put_rows, to_numpy, tree_map
 from parallelenv.infos import ended_states, rebuilt_envs
-from parallelenv.trajectories import StepFields
+from parallelenv.rollout.trajectories import StepFields
 
 if TYPE_CHECKING:
     from parallelenv.parallel_env import ParallelEnv

@@ -21,12 +21,12 @@ from multiprocessing.connection import Connection
 import cloudpickle
 from gymnasium import spaces
 
-from parallelenv.backends import wire
-from parallelenv.backends.countdown import WorkerCountdown
 from parallelenv.backends.env_group import EnvGroup
 from parallelenv.backends.env_sources import make_envs
-from parallelenv.backends.lifeline import tie_to_parent
-from parallelenv.backends.shm import SharedBuffers
+from parallelenv.backends.subproc import wire
+from parallelenv.backends.subproc.countdown import WorkerCountdown
+from parallelenv.backends.subproc.lifeline import tie_to_parent
+from parallelenv.backends.subproc.shm import SharedBuffers
 from parallelenv.calls import Failure
 
 
