@@ -55,6 +55,7 @@ from parallelenv.infos import (
     python_dtypes_as_python,
     rebuilt_envs,
 )
+from parallelenv.integrations.consumers import check_consumer
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.policies import Policy
 from parallelenv.results import own_info
@@ -118,6 +119,7 @@ class GymnasiumVectorEnv(VectorEnv):
                 f"autoreset_mode={mode} is not what asynchronous={penv.policy.name!r} does: it serves {served}. "
                 "SAME_STEP is asynchronous='restart'; NEXT_STEP and DISABLED are 'idle' or 'continue'"
             )
+        check_consumer(mode, penv)  # a framework that assumes another mode would record wrong episodes
         self.penv = penv
         self.num_envs = len(penv)
         self.single_observation_space = penv.single_observation_space
