@@ -22,6 +22,7 @@ from parallelenv.errors import (
     WorkerDiedError,
     WorkerTimeoutError,
 )
+from parallelenv.integrations.registration import VECTOR_ENV_ID, make_vector_env, register_vector_env
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.policies import POLICIES
 from parallelenv.pool import RolloutPool
@@ -40,9 +41,12 @@ __all__ = [
     "Recycling",
     "RolloutPool",
     "SharedEnvError",
+    "VECTOR_ENV_ID",
     "WorkerDiedError",
     "WorkerTimeoutError",
+    "make_vector_env",
     "register_backend",
+    "register_vector_env",
     "shutdown_ray",
 ]
 
