@@ -16,8 +16,24 @@ from typing import Any
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 
-class ParallelEnvError(Exception):
-    """Base class of every error raised by parallelenv itself."""
+class PicklesWhole:
+    """For exception classes: pickles with all the fields of the instance (set in ``__init__`` and after).
+
+    So that an error raised inside a Ray actor, a pool worker or a framework's
+    runner reaches the caller whole. Every error of parallelenv has it.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from args and the instance dict, not by calling __init__ again: a subclass's
+        # __init__ takes its fields (WorkerDiedError's env_indices and reason), not the message
+        # that Exception's own pickling would pass it.
+        assert isinstance(self, BaseException)
+        cause = self.__cause__ if isinstance(self.__cause__, RemoteTraceback) else None
+        return _rebuilt, (type(self), self.args, self.__dict__, cause)
+
+
+class ParallelEnvError(PicklesWhole, Exception):
+    """Base class of every error raised by parallelenv itself; each pickles with all its fields."""
 
 
 class SharedEnvError(ParallelEnvError, ValueError):
@@ -107,10 +123,6 @@ class EnvError(ParallelEnvError):
     def __str__(self) -> str:
         return Exception.__str__(self)  # not KeyError's, which would quote the message
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        fields = (self.env_index, self.method, self.exc_type, self.message, self.remote_traceback)
-        return _rebuilt_env_error, (fields, self.__dict__)
-
 
 class EnvValueError(EnvError, ValueError):
     """An env raised ValueError."""
@@ -159,12 +171,6 @@ BUILT_IN_KINDS: dict[str, type[EnvError]] = {
 }
 
 
-def _rebuilt_env_error(fields: tuple[Any, ...], state: dict[str, Any]) -> EnvError:
-    error = EnvError.of(*fields)
-    error.__dict__.update(state)
-    return error
-
-
 class WorkerDiedError(ParallelEnvError):
     """A worker hosting envs died, or stopped answering and was killed.
 
@@ -192,6 +198,36 @@ class WorkerTimeoutError(WorkerDiedError):
     """A worker did not answer a call within ``call_timeout`` seconds and was killed."""
 
 
+class WorkerStartError(WorkerDiedError):
+    """Workers (Ray actors) did not start: the cluster can never hold what they ask, or they
+    waited for busy resources past ``start_timeout``.
+
+    A ``WorkerDiedError``, so that handlers written for a worker's death catch it; nothing
+    started, so nothing died.
+
+    Attributes:
+        env_indices: the envs of the workers that did not start.
+        reason: what they asked and what the cluster has.
+        asked: what they ask in all, by Ray resource (``{"CPU": 8.0, "GPU": 2.0}``).
+        cluster: the cluster's resources, by name, of those asked.
+        free: what of them was free when the error was raised.
+
+    Example:
+        >>> from parallelenv.errors import WorkerStartError
+        >>> str(WorkerStartError([0, 1, 2, 3], "they ask 8 CPUs; the cluster has 2"))
+        'the workers hosting envs [0-3] did not start: they ask 8 CPUs; the cluster has 2'
+    """
+
+    def __init__(self, env_indices: Sequence[int], reason: str, asked: dict[str, float] | None = None,
+                 cluster: dict[str, float] | None = None, free: dict[str, float] | None = None) -> None:
+        self.env_indices = [int(i) for i in env_indices]
+        self.reason = reason
+        self.asked = dict(asked or {})
+        self.cluster = dict(cluster or {})
+        self.free = dict(free or {})
+        ParallelEnvError.__init__(self, f"the workers hosting envs {_ranges(self.env_indices)} did not start: {reason}")
+
+
 class ClosedError(ParallelEnvError, ClosedEnvironmentError):
     """A method was called on a ParallelEnv after ``close()``; also Gymnasium's ``ClosedEnvironmentError``."""
 
@@ -211,6 +247,15 @@ class NoPendingCallError(ParallelEnvError, NoAsyncCallError):
 
     def __init__(self, message: str, name: str = "step") -> None:
         super().__init__(message, name)
+
+
+def _rebuilt(kind: type[BaseException], args: tuple[Any, ...], state: dict[str, Any],
+             cause: BaseException | None) -> BaseException:
+    error = kind.__new__(kind, *args)
+    error.args = args
+    error.__dict__.update(state)
+    error.__cause__ = cause
+    return error
 
 
 def _ranges(indices: Sequence[int]) -> str:

@@ -1151,3 +1151,74 @@ def assert_no_process_carries(marker: str, timeout: float = 30.0) -> None:
     while (left := carriers()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"processes outlived the script: {left}"
+
+
+# ---------------------------------------------------------------- every exception of ours crosses a process whole
+
+
+# Constructor arguments of the classes whose __init__ takes more than a message. A new class of
+# that kind fails test_every_exception_of_ours_pickles_with_every_field until it has an entry here.
+EXAMPLE_ARGS: dict[str, tuple[Any, ...]] = {
+    "RemoteTraceback": ("Traceback (most recent call last): ...",),
+    "WorkerDiedError": ([0, 1, 2, 5], "exit code -9 (SIGKILL)"),
+    "WorkerTimeoutError": ([3], "it did not answer within call_timeout and was killed"),
+    "WorkerStartError": ([0, 1], "they ask 8 CPUs", {"CPU": 8.0}, {"CPU": 2.0}, {"CPU": 0.0}),
+    "PoolWorkerError": (1, [2, 3], "collecting 8 steps", "ValueError", "bad", "Traceback ..."),
+    "SpaceMismatch": (1, "observation space", spaces.Discrete(3), 0, spaces.Discrete(2)),
+    "AlreadyPendingError": ("envs [0] have a call pending", "reset"),
+    "NoPendingCallError": ("no call pending", "reset"),
+}
+for _kind in parallelenv.errors.BUILT_IN_KINDS.values():
+    EXAMPLE_ARGS[_kind.__name__] = (3, "step", "ValueError", "bad action", "Traceback ...")
+EXAMPLE_ARGS["EnvError"] = (3, "step", "OSError", "no display", "Traceback ...")
+
+
+def our_exception_classes() -> list[type[BaseException]]:
+    """Every exception and warning class defined in the package, found by walking its modules."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    found: dict[str, type[BaseException]] = {}
+    for module_info in pkgutil.walk_packages(parallelenv.__path__, "parallelenv."):
+        try:
+            module = importlib.import_module(module_info.name)
+        except ImportError:  # an optional extra (torch, a framework) is missing: its classes are not ours to run
+            continue
+        for _, value in inspect.getmembers(module, inspect.isclass):
+            if issubclass(value, BaseException) and value.__module__ == module.__name__:
+                found[f"{value.__module__}.{value.__qualname__}"] = value
+    return [found[name] for name in sorted(found)]
+
+
+def test_every_exception_of_ours_pickles_with_every_field():
+    classes = our_exception_classes()
+    names = {kind.__name__ for kind in classes}
+    assert {"WorkerDiedError", "WorkerTimeoutError", "WorkerStartError", "PoolWorkerError", "EnvKeyError"} <= names
+    for kind in classes:
+        args = EXAMPLE_ARGS.get(kind.__name__, ("what went wrong",))
+        try:
+            error = kind(*args)
+        except TypeError as refused:
+            pytest.fail(f"{kind.__qualname__} needs other arguments ({refused}): add an entry to EXAMPLE_ARGS")
+        error.__dict__["added_after_init"] = [1, 2]  # a field set after __init__ (EnvError.results) travels too
+        copied = pickle.loads(pickle.dumps(error))
+        assert type(copied) is kind
+        assert str(copied) == str(error) and copied.args == error.args, kind
+        assert copied.__dict__ == error.__dict__, kind
+        if isinstance(error.__cause__, RemoteTraceback):  # the remote traceback still prints as the cause
+            assert copied.__cause__.traceback_text == error.__cause__.traceback_text
+
+
+def test_worker_died_and_timeout_errors_cross_a_process_whole():
+    # The errors Ray failed to deserialize inside a framework's runner: raised in a child, read here.
+    script = (
+        "import pickle, sys\n"
+        "from parallelenv import WorkerStartError\n"
+        "sys.stdout.buffer.write(pickle.dumps(WorkerStartError([0, 1], 'they ask 8 CPUs', {'CPU': 8.0})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60, check=True)
+    error = pickle.loads(done.stdout)
+    assert isinstance(error, WorkerDiedError) and type(error) is parallelenv.WorkerStartError
+    assert (error.env_indices, error.reason, error.asked) == ([0, 1], "they ask 8 CPUs", {"CPU": 8.0})
+    assert "did not start" in str(error) and "died" not in str(error)

@@ -7,14 +7,15 @@ refused, at start and when an env is replaced.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import gymnasium as gym
+
+from parallelenv.errors import PicklesWhole
 
 SpacePair = tuple[gym.Space, gym.Space]
 
 
-class SpaceMismatch(ValueError, RuntimeError):
+class SpaceMismatch(PicklesWhole, ValueError, RuntimeError):
     """Env ``env_id`` has other spaces than env ``reference_id``: all envs must share theirs.
 
     Also a RuntimeError, which Gymnasium's vector envs raise for envs of different spaces.
@@ -25,9 +26,6 @@ class SpaceMismatch(ValueError, RuntimeError):
             f"env {env_id} has {kind} {mine}, but env {reference_id} has {reference}; all envs must share their spaces"
         )
         self.fields = (env_id, kind, mine, reference_id, reference)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return SpaceMismatch, self.fields
 
     def shifted(self, offset: int) -> SpaceMismatch:
         """The same mismatch for envs numbered ``offset`` higher (a group's envs, in global ids)."""

@@ -32,6 +32,3 @@ class PoolWorkerError(ParallelEnvError):
         super().__init__(f"worker {worker} (envs {_ranges(self.env_ids)}) raised {exc_type} while {what}: {message}")
         if remote_traceback:
             self.__cause__ = RemoteTraceback(remote_traceback)
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return type(self), (self.worker, self.env_ids, self.what, self.exc_type, self.message, self.remote_traceback)
