@@ -20,6 +20,7 @@ from parallelenv.errors import (
     ParallelEnvWarning,
     SharedEnvError,
     WorkerDiedError,
+    WorkerStartError,
     WorkerTimeoutError,
 )
 from parallelenv.integrations.registration import VECTOR_ENV_ID, make_vector_env, register_vector_env
@@ -43,6 +44,7 @@ __all__ = [
     "SharedEnvError",
     "VECTOR_ENV_ID",
     "WorkerDiedError",
+    "WorkerStartError",
     "WorkerTimeoutError",
     "make_vector_env",
     "register_backend",
