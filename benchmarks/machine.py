@@ -7,12 +7,13 @@ ray) is imported just to print them.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib.metadata
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,3 +110,32 @@ def wait_for_quiet(busy_percent: float = 10.0, patience_s: float = 20.0,
         if on_busy is not None:
             on_busy(busy, waited)
     return Wait(waited, busy, idle=True)
+
+
+@contextlib.contextmanager
+def seen_cores(count: int) -> Iterator[None]:
+    """Make this process see ``count`` usable cores until the block ends.
+
+    parallelenv's subproc backend picks its path by the cores it may run on
+    (``available_cpus()``: ``os.sched_getaffinity``, else ``os.cpu_count``):
+    a worker per core sleeps the caller on one countdown (counted steps), more
+    workers than cores read each pipe. Reporting a wider affinity here, in
+    the measuring process alone, lets a 2-core machine take the path of a
+    machine with a core per worker; the workers, started afresh by the
+    forkserver, see the real cores. Only the caller's CPU per step carries
+    over to that machine: the wall-clock rate still has two cores to share.
+    """
+    saved = {name: getattr(os, name) for name in _CORE_QUERIES if hasattr(os, name)}
+    cores = set(range(count))
+    replacements = {"sched_getaffinity": lambda pid: set(cores), "cpu_count": lambda: count,
+                    "process_cpu_count": lambda: count}
+    for name in saved:
+        setattr(os, name, replacements[name])
+    try:
+        yield
+    finally:
+        for name, query in saved.items():
+            setattr(os, name, query)
+
+
+_CORE_QUERIES = ("sched_getaffinity", "cpu_count", "process_cpu_count")  # the last one from Python 3.13

@@ -43,6 +43,9 @@ class Measurement:
     peak_rss_mib: float | None = None  # summed over the process tree
     peak_pss_mib: float | None = None
     leftover_processes: int = 0
+    workers: int | None = None  # processes stepping the envs; None: the caller's own (or its threads)
+    cores_seen: int | None = None  # the cores parallelenv was made to see (seen_cores); None: the real ones
+    env_step_s: float | None = None  # one step of the workload's env alone, where it waits (sleep*): measured
     revision: str | None = None  # the git revision of parallelenv; None: the working tree's
     parallelenv_path: str | None = None  # the package the process imported, if it did
     skipped: str | None = None
@@ -64,6 +67,9 @@ class Measurement:
             peak_rss_mib=_largest(part.peak_rss_mib for part in parts),
             peak_pss_mib=_largest(part.peak_pss_mib for part in parts),
             leftover_processes=max(part.leftover_processes for part in parts),
+            workers=next((part.workers for part in parts if part.workers is not None), None),
+            cores_seen=next((part.cores_seen for part in parts if part.cores_seen is not None), None),
+            env_step_s=_median_of(part.env_step_s for part in parts),
             skipped=next((part.skipped for part in parts if part.skipped), None),
             error=next((part.error for part in parts if part.error), None),
         )
@@ -72,6 +78,11 @@ class Measurement:
 def _largest(values: Iterable[float | None]) -> float | None:
     present = [value for value in values if value is not None]
     return max(present) if present else None
+
+
+def _median_of(values: Iterable[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return statistics.median(present) if present else None
 
 
 class PeakMemory:
@@ -173,9 +184,13 @@ def _run(workload: Workload, spec: WrapperSpec, steps: int, repeats: int,
     # Warm up on the first tenth of the same actions: caches, lazy imports and
     # worker start-up finish before the clock starts.
     warmup = actions[: max(1, steps // 10)]
+    if workload.wait_s:  # before any worker runs: the step as long as it is alone
+        result.env_step_s = env_step_seconds(workload)
+    layout = {"envs_per_worker": workload.envs_per_worker} if spec.per_worker and workload.envs_per_worker else {}
     start = time.perf_counter()
-    runner = spec.make(workload.factories())
+    runner = spec.make(workload.factories(), **layout)
     with _closing(runner):
+        result.workers, result.cores_seen = runner.workers, runner.cores_seen
         runner.reset(RESET_SEED)
         result.startup_s = time.perf_counter() - start
         runner.run(warmup)
@@ -191,7 +206,28 @@ def _timed(runner: Runner, actions: Any) -> tuple[float, float]:
     cpu_start, start = time.process_time(), time.perf_counter()
     env_steps = runner.run(actions)
     wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
-    return env_steps / wall_s, cpu_s
+    own_rate = runner.own_rate()
+    return env_steps / wall_s if own_rate is None else own_rate, cpu_s
+
+
+def env_step_seconds(workload: Workload, steps: int = 20) -> float:
+    """The median length of a step of one of ``workload``'s envs, stepped alone in this process.
+
+    A sleep of T lasts T and then some (the timer's slack, the wake-up):
+    the efficiency of the many-worker workloads is over what it really lasts.
+    """
+    env = workload.make_env()
+    try:
+        env.reset(seed=RESET_SEED)
+        action = workload.actions(1)[0, 0]
+        lengths = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            env.step(action)
+            lengths.append(time.perf_counter() - start)
+        return statistics.median(lengths)
+    finally:
+        env.close()
 
 
 @contextlib.contextmanager

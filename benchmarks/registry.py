@@ -27,7 +27,10 @@ SUBPROCESS = "subprocess"
 RAY = "ray"
 # A policy chooses the actions in the timed loop: no other library's wrapper does the same work.
 WITH_POLICY = "with a policy"
-KINDS = (IN_PROCESS, SUBPROCESS, RAY, WITH_POLICY)
+# No wrapper at all: one bare process per core stepping its share of the envs,
+# what the cores can do when no caller hands out actions or reads answers.
+CEILING = "ceiling"
+KINDS = (IN_PROCESS, SUBPROCESS, RAY, WITH_POLICY, CEILING)
 
 
 class Unsupported(Exception):
@@ -36,6 +39,12 @@ class Unsupported(Exception):
 
 class Runner:
     """Drives one vector env through the pre-sampled actions."""
+
+    # Worker processes (or bare processes) stepping the envs; None: in the caller's process (or threads).
+    workers: int | None = None
+    # The cores this process was made to see while the runner lives (benchmarks.machine.seen_cores);
+    # None: the real ones.
+    cores_seen: int | None = None
 
     def reset(self, seed: int) -> None:
         raise NotImplementedError
@@ -52,6 +61,10 @@ class Runner:
 
     def close(self) -> None:
         raise NotImplementedError
+
+    def own_rate(self) -> float | None:
+        """Env-steps/s of the last :meth:`run` as the runner timed it itself; None: timed by the harness."""
+        return None
 
 
 def env_steps(actions: np.ndarray) -> int:
@@ -78,6 +91,8 @@ class WrapperSpec:
     # The wrapper this one is a variant of (one option changed): where both
     # ran on a workload, the report gives the ratio to it, round by round.
     baseline: str | None = None
+    # Takes ``envs_per_worker=k`` from a workload that sets it (the many-worker ones): N / k workers of k envs.
+    per_worker: bool = False
 
 
 WRAPPERS: dict[str, WrapperSpec] = {}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.machine import machine_line
-from benchmarks.registry import IN_PROCESS, KINDS, RAY, SUBPROCESS, WITH_POLICY
+from benchmarks.registry import CEILING, IN_PROCESS, KINDS, RAY, SUBPROCESS, WITH_POLICY
 from benchmarks.workloads import WORKLOADS
 from benchmarks.wrappers import WRAPPERS
 
@@ -19,14 +19,18 @@ KIND_MEANING = {
     SUBPROCESS: "envs stepped in parallel off the caller's thread: local worker processes (EnvPool: its C++ threads)",
     RAY: "envs in Ray actors",
     WITH_POLICY: "VecWorker.collect, a policy choosing the actions, envs in local worker processes",
+    CEILING: "no wrapper: one bare process per core stepping its share of the envs, no caller, no messages",
 }
-KIND_COLOURS = {IN_PROCESS: "#8da0cb", SUBPROCESS: "#66c2a5", RAY: "#fc8d62", WITH_POLICY: "#e78ac3"}
+KIND_COLOURS = {IN_PROCESS: "#8da0cb", SUBPROCESS: "#66c2a5", RAY: "#fc8d62", WITH_POLICY: "#e78ac3",
+                CEILING: "#b3b3b3"}
 COLUMNS = ("workload", "wrapper", "kind", "N", "steps/s median (min..max)", "us/env-step",
            "parent CPU us/env-step", "x best peer", "parallel efficiency", "start-up s", "peak RSS MiB (PSS)")
 AGAINST_COLUMNS = ("workload", "wrapper", "steps/s: tree / {rev}", "per round (min..max)",
                    "parent CPU/step: tree / {rev}")
 BASELINE_COLUMNS = ("workload", "wrapper", "baseline", "steps/s: wrapper / baseline", "per round (min..max)",
                     "parent CPU/step: wrapper / baseline")
+CALLER_COLUMNS = ("workload", "wrapper", "workers x envs", "cores seen", "caller CPU us/batch step",
+                  "per worker", "env step ms", "efficiency", "x ceiling")
 TWIN_COLUMNS = ("workload", "wrapper", "twin", "steps/s: workload / twin", "per round (min..max)",
                 "parent CPU/step: workload / twin")
 
@@ -35,7 +39,9 @@ def summarize(measurements: list[dict[str, Any]], cores: int | None = None) -> l
     """Add medians, us per env-step, the ratio to the best peer, the parallel efficiency on ``cores``
     and, with --against, the ratio to REV."""
     rows = [{**m, **_spread(m["rates"]), **_parent_cpu(m)} for m in measurements]
-    best = _fastest(rows, lambda row: (row["workload"], row["kind"]), lambda row: not row["ours"])
+    # The ceiling is nobody's peer: it is what every wrapper is over, in the table of the caller's cost.
+    best = _fastest(rows, lambda row: (row["workload"], row["kind"]),
+                    lambda row: not row["ours"] and row["kind"] != CEILING)
     serial = _fastest(rows, lambda row: row["workload"], lambda row: row["kind"] == IN_PROCESS)
     for row in rows:
         peer = best.get((row["workload"], row["kind"]))
@@ -48,7 +54,31 @@ def summarize(measurements: list[dict[str, Any]], cores: int | None = None) -> l
     _compare_with_revision(rows)
     _compare_with_baseline(rows)
     _compare_with_twin(rows)
+    _caller_cost(rows)
     return rows
+
+
+def _caller_cost(rows: list[dict[str, Any]]) -> None:
+    """Per row: the caller's CPU per batch step per worker, the efficiency of a workload whose envs wait
+    (``wait_efficiency``) and the rate over the ceiling measured on the same workload (``against_ceiling``)."""
+    ceilings = _fastest(rows, lambda row: row["workload"], lambda row: row["kind"] == CEILING)
+    for row in rows:
+        workers, cpu = row.get("workers"), row["parent_cpu_us_per_step_median"]
+        row["parent_cpu_us_per_worker"] = cpu / workers if cpu is not None and workers else None
+        row["wait_efficiency"] = None
+        if row.get("env_step_s") and workers and row["median"]:
+            row["wait_efficiency"] = wait_efficiency(row["median"], row["num_envs"], workers, row["env_step_s"])
+        ceiling = ceilings.get(row["workload"])
+        row["against_ceiling"] = None
+        if ceiling and row["median"] and row["kind"] != CEILING:
+            row["against_ceiling"] = {"ceiling": ceiling[0], "ratio": row["median"] / ceiling[1]}
+
+
+def wait_efficiency(rate: float, num_envs: int, workers: int, step_s: float) -> float:
+    """Env-steps/s over N / (k x the step's length): 1.0 when each of the workers steps its k envs
+    back to back and never waits for the caller."""
+    envs_per_worker = -(-num_envs // workers)
+    return rate / (num_envs / (envs_per_worker * step_s))
 
 
 def parallel_efficiency(rate: float, serial_rate: float, cores: int) -> float:
@@ -160,6 +190,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                             "Workloads / their twin (infos8 / noinfos8: the same envs with and without infos), "
                             "the same wrapper, medians, each round's pair measured side by side; below 1 the "
                             "workload steps slower, above 1 it costs the caller more CPU per step:")
+              + _caller_table(rows, meta["machine"]["cores"])
               + _against_table(rows, meta["settings"]))
     return "\n".join(lines + [""] + tables + _notes(rows)) + "\n"
 
@@ -176,6 +207,34 @@ def _pair_table(rows: list[dict[str, Any]], field: str, other: str, columns: tup
         ratios = row[field]
         lines.append("| " + " | ".join([row["workload"], row["wrapper"], ratios[other]] + _ratio_cells(ratios)) + " |")
     return lines + [""]
+
+
+def _caller_table(rows: list[dict[str, Any]], cores: int) -> list[str]:
+    """The caller's cost per batch step, on the workloads whose envs wait and those with a ceiling measured."""
+    shown = [row for row in rows if row["median"] and (row.get("env_step_s") or row["against_ceiling"]
+                                                         or row["kind"] == CEILING)]
+    if not shown:
+        return []
+    lines = ["The caller's cost per batch step (CPU time of the process that owns the vector env), per worker, "
+             "and the share of the machine left to the envs: efficiency = steps/s over N / (k x the env's "
+             "step, measured alone) where the envs wait; x ceiling = steps/s over the ceiling's, same run:", "",
+             "| " + " | ".join(CALLER_COLUMNS) + " |",
+             "| " + " | ".join(["---"] * 4 + ["---:"] * (len(CALLER_COLUMNS) - 4)) + " |"]
+    for row in shown:
+        lines.append("| " + " | ".join(_caller_cells(row, cores)) + " |")
+    return lines + [""]
+
+
+def _caller_cells(row: dict[str, Any], real_cores: int) -> list[str]:
+    workers, cpu = row.get("workers"), row["parent_cpu_us_per_step_median"]
+    layout = f"{workers} x {-(-row['num_envs'] // workers)}" if workers else f"in caller x {row['num_envs']}"
+    cores = f"{row['cores_seen']} (made to see)" if row.get("cores_seen") is not None else str(real_cores)
+    per_worker, step, efficiency = row["parent_cpu_us_per_worker"], row.get("env_step_s"), row["wait_efficiency"]
+    ceiling = row["against_ceiling"]
+    return [row["workload"], f"**{row['wrapper']}**" if row["ours"] else row["wrapper"], layout, cores,
+            "" if cpu is None else f"{cpu:,.0f}", "" if per_worker is None else f"{per_worker:,.1f}",
+            "" if step is None else f"{step * 1e3:.2f}", "" if efficiency is None else f"{efficiency:.2f}",
+            "" if ceiling is None else f"{ceiling['ratio']:.2f}x"]
 
 
 def _ratio_cells(ratios: dict[str, Any]) -> list[str]:
@@ -263,6 +322,13 @@ def _notes(rows: list[dict[str, Any]]) -> list[str]:
         "start-up s: construction + first reset, median of the repeats; imports, and for Ray "
         "wrappers starting the Ray instance, are excluded.",
     ]
+    if any(row.get("cores_seen") is not None for row in rows):
+        notes.append(
+            "cores seen (made to see): the measuring process reported that many cores to parallelenv "
+            "(os.sched_getaffinity and os.cpu_count replaced in it alone, benchmarks/machine.py seen_cores), so "
+            "that the subproc backend takes the path of a machine with a core per worker. Its workers see "
+            "the real cores; the caller's CPU per batch step is what carries over to such a machine, the "
+            "wall-clock rate still shares the real cores.")
     if any(row["revision"] for row in rows):
         notes.append(
             "WRAPPER@REV: the same wrapper, run by the same harness, importing the parallelenv "

@@ -181,6 +181,10 @@ class Workload:
     # The workload this one is measured beside, round by round, and reported over (infos8 / noinfos8).
     twin: str | None = None
     quick: bool = True  # part of a --quick run
+    # k: the wrappers that take it (WrapperSpec.per_worker) run N / k workers of k envs; 0: their own layout.
+    envs_per_worker: int = 0
+    # What each step of its envs waits (WaitEnv): efficiency is reported over the step's measured length.
+    wait_s: float = 0.0
 
     def factories(self) -> list[Callable[[], gym.Env]]:
         """Zero-arg env factories, one per env, picklable by import path."""
@@ -215,6 +219,29 @@ def _info_workloads(num_envs: int, steps: int, quick_steps: int) -> tuple[Worklo
     )
 
 
+# The caller's cost as workers grow: ours on each path, and the one-process-per-env peers where k is 1.
+SLEEP_WRAPPERS = ("parallelenv-subproc-counted", "parallelenv-subproc-perpipe", "parallelenv-subproc-healing")
+SLEEP_PEERS = ("gymnasium-async", "sb3-subproc")
+
+
+def _sleep_workloads() -> list[Workload]:
+    """``sleepT-WxK``: W workers of K envs whose step sleeps T ms, so that many workers wait side by side
+    on 2 cores as on a core each, and what is left to measure is the caller's own work per batch step."""
+    workloads = []
+    for wait_ms, steps_of_1, steps_of_4 in ((5, 400, 150), (20, 150, 50)):
+        for workers, k in ((8, 1), (64, 1), (64, 4)):
+            wrappers = SLEEP_WRAPPERS + (SLEEP_PEERS if (workers, k) == (64, 1) else ())
+            workloads.append(Workload(
+                f"sleep{wait_ms}-{workers}x{k}", workers * k, functools.partial(WaitEnv, wait_s=wait_ms / 1000),
+                4, steps=steps_of_1 if k == 1 else steps_of_4, quick_steps=40,
+                description=f"{workers} workers x {k} envs, each step sleeping {wait_ms} ms: the caller's cost "
+                            "per batch step",
+                wrappers=wrappers, group="sleep", envs_per_worker=k, wait_s=wait_ms / 1000,
+                # One smoke run of the three paths: 64 processes a wrapper take seconds to start on 2 cores.
+                quick=(wait_ms, workers) == (5, 8)))
+    return workloads
+
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
@@ -246,6 +273,7 @@ WORKLOADS: dict[str, Workload] = {
                  requires=("mujoco",), description="MuJoCo HalfCheetah-v5: a real simulator with per-step infos"),
         Workload("pong8", 8, real_envs.make_pong, 6, steps=300, quick_steps=40, requires=("ale_py", "cv2"),
                  description="Atari Pong, AtariPreprocessing and 4 frames stacked: big obs and infos"),
+        *_sleep_workloads(),
         *_info_workloads(64, steps=300, quick_steps=40),
         *_info_workloads(256, steps=100, quick_steps=15),
     )

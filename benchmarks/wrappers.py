@@ -11,17 +11,20 @@ the table from here.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from benchmarks.machine import usable_cores
+from benchmarks.ceiling import CeilingRunner
+from benchmarks.machine import seen_cores, usable_cores
 from benchmarks.pool_workload import OneWorkerRunner, PoolRunner
 from benchmarks.registry import (
+    CEILING,
     IN_PROCESS,
     RAY,
     SUBPROCESS,
@@ -42,18 +45,39 @@ __all__ = ["WRAPPERS", "default_wrappers"]
 
 
 class ParallelEnvRunner(Runner):
-    """Ours, lockstep: ``step`` of every env, restarted on episode end."""
+    """Ours, lockstep: ``step`` of every env, restarted on episode end.
+
+    ``envs_per_worker``: N / k workers of k envs (the many-worker workloads).
+    ``cores(workers)``: how many cores parallelenv is to see for that many
+    workers (:func:`benchmarks.machine.seen_cores`), None for the real ones;
+    it decides the subproc backend's path. ``options``: more of ParallelEnv's.
+    """
 
     def __init__(self, factories: Sequence[EnvFactory], mode: str, worker_per_env: bool = False,
-                 copy: bool | None = None) -> None:
+                 copy: bool | None = None, envs_per_worker: int = 0,
+                 cores: Callable[[int], int | None] | None = None, **options: Any) -> None:
         from parallelenv import ParallelEnv
 
         # Envs that wait (sleep, I/O) rather than compute want one worker each,
         # as the peers' one-process-per-env wrappers have; CPU-bound ones one per core.
-        options: dict[str, Any] = {"num_workers": len(factories)} if worker_per_env else {}
+        if worker_per_env:
+            options["num_workers"] = len(factories)
+        elif envs_per_worker:
+            options["num_workers"] = -(-len(factories) // envs_per_worker)
         if copy is not None:
             options["copy"] = copy
-        self.penv = ParallelEnv(list(factories), para_mode=mode, asynchronous="restart", **options)
+        self._seen_cores = contextlib.ExitStack()
+        if cores is not None and (count := cores(options.get("num_workers", usable_cores()))) is not None:
+            # For the process's life, not the constructor's alone: whatever the backend reads later
+            # (a restarted worker's start) sees the same machine.
+            self._seen_cores.enter_context(seen_cores(count))
+            self.cores_seen = count
+        try:
+            self.penv = ParallelEnv(list(factories), para_mode=mode, asynchronous="restart", **options)
+        except BaseException:
+            self._seen_cores.close()
+            raise
+        self.workers = len(self.penv.backend.pids()) or None
 
     def reset(self, seed: int) -> None:
         self.penv.reset(seed=seed)
@@ -62,7 +86,10 @@ class ParallelEnvRunner(Runner):
         self.penv.step(actions)
 
     def close(self) -> None:
-        self.penv.close()
+        try:
+            self.penv.close()
+        finally:
+            self._seen_cores.close()
 
 
 class ParallelEnvAsyncRunner(ParallelEnvRunner):
@@ -119,6 +146,34 @@ register("parallelenv-subproc-async", SUBPROCESS, ours=True, requires=("parallel
          note=f"send/recv(wait_num={ParallelEnvAsyncRunner.wait_num}), num_workers=N; "
               "steps/s counts results received")(
     functools.partial(ParallelEnvAsyncRunner, mode="subproc", worker_per_env=True))
+
+# The many-worker workloads (sleep*): the subproc backend on each of its paths, N / k workers of k envs.
+def _a_core_per_worker(workers: int) -> int:
+    return workers
+
+
+def _fewer_cores_than_workers(workers: int) -> int | None:
+    """The real cores where they are fewer than the workers already (2 here), else one fewer than the workers."""
+    return None if workers > usable_cores() else max(1, workers - 1)
+
+
+register("parallelenv-subproc-counted", SUBPROCESS, ours=True, requires=("parallelenv",), per_worker=True,
+         workloads=frozenset(), note="num_workers=N/k; parallelenv made to see a core per worker (cores seen: "
+         "benchmarks.machine.seen_cores), the path of a machine with that many: counted steps")(
+    functools.partial(ParallelEnvRunner, mode="subproc", cores=_a_core_per_worker))
+register("parallelenv-subproc-perpipe", SUBPROCESS, ours=True, requires=("parallelenv",), per_worker=True,
+         workloads=frozenset(), note="num_workers=N/k, more workers than the cores parallelenv sees: "
+         "each worker's answer read from its pipe")(
+    functools.partial(ParallelEnvRunner, mode="subproc", cores=_fewer_cores_than_workers))
+register("parallelenv-subproc-healing", SUBPROCESS, ours=True, requires=("parallelenv",), per_worker=True,
+         workloads=frozenset(), note="as parallelenv-subproc-counted, with on_worker_failure='restart' "
+         "(the path every user of healing gets)")(
+    functools.partial(ParallelEnvRunner, mode="subproc", cores=_a_core_per_worker, on_worker_failure="restart"))
+
+
+register("ceiling", CEILING, workloads=frozenset({"cheetah8", "pong8"}),
+         note="no wrapper: one bare process per core steps its share of the envs back to back, restarting "
+              "ended episodes, each timing its own loop; steps/s is the sum of their rates")(CeilingRunner)
 
 
 class MLPPolicy:
@@ -287,6 +342,7 @@ class GymnasiumRunner(Runner):
         mode = AutoresetMode.SAME_STEP if same_step else AutoresetMode.NEXT_STEP
         if asynchronous:
             self.venv = AsyncVectorEnv(list(factories), shared_memory=True, autoreset_mode=mode)
+            self.workers = len(factories)
         else:
             self.venv = SyncVectorEnv(list(factories), autoreset_mode=mode)
 
@@ -390,6 +446,7 @@ class SB3Runner(Runner):
         # torch on its own, which costs seconds per worker on two cores.
         multiprocessing.set_forkserver_preload(["__main__", "stable_baselines3.common.vec_env"])
         self.venv = SubprocVecEnv(list(factories))
+        self.workers = len(factories)
 
     def reset(self, seed: int) -> None:
         self.venv.seed(seed)

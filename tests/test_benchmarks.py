@@ -371,3 +371,93 @@ def _cmdline(process: psutil.Process) -> list[str]:
         return process.cmdline()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return []
+
+
+def test_the_many_worker_workloads_run_each_path_and_the_peers_where_k_is_one():
+    from benchmarks.workloads import WORKLOADS
+    from benchmarks.wrappers import default_wrappers
+
+    ours = ["parallelenv-subproc-counted", "parallelenv-subproc-perpipe", "parallelenv-subproc-healing"]
+    assert default_wrappers("sleep5-64x1", quick=False) == ours + ["gymnasium-async", "sb3-subproc"]
+    assert default_wrappers("sleep20-64x4", quick=False) == ours
+    assert (WORKLOADS["sleep5-64x4"].num_envs, WORKLOADS["sleep5-64x4"].envs_per_worker) == (256, 4)
+    assert WORKLOADS["sleep20-8x1"].wait_s == 0.02
+    assert [w for w in parse_args(["--quick"]).workloads if w.startswith("sleep")] == ["sleep5-8x1"]
+    assert "ceiling" in default_wrappers("cheetah8", quick=True) and "ceiling" not in default_wrappers("busy8", False)
+
+
+def test_seen_cores_widens_what_parallelenv_reads_in_this_process_only_while_the_block_lasts():
+    from benchmarks.machine import seen_cores, usable_cores
+    from parallelenv.backends.base import available_cpus
+
+    real = available_cpus()
+    with seen_cores(64):
+        assert available_cpus() == 64 and usable_cores() == 64 and os.cpu_count() == 64
+        child = subprocess.run([sys.executable, "-c", "import os; print(len(os.sched_getaffinity(0)))"],
+                               capture_output=True, text=True, check=True)
+        assert int(child.stdout) == real  # a process started afresh sees the real cores
+    assert available_cpus() == real
+
+
+@pytest.mark.timeout(120)
+def test_the_paths_of_the_many_worker_workload_measure_the_callers_cost(no_leaks):
+    from benchmarks.measure import measure
+    from benchmarks.workloads import WORKLOADS
+    from benchmarks.wrappers import WRAPPERS
+
+    measured = {name: measure(WORKLOADS["sleep5-8x1"], WRAPPERS[name], steps=10, repeats=1)
+                for name in ("parallelenv-subproc-counted", "parallelenv-subproc-perpipe",
+                             "parallelenv-subproc-healing")}
+    for result in measured.values():
+        assert result.error is None and result.workers == 8 and result.rates[0] > 0, result
+        assert result.env_step_s >= 0.005 and result.parent_cpu_us_per_step[0] > 0
+    assert measured["parallelenv-subproc-counted"].cores_seen == 8
+    assert measured["parallelenv-subproc-healing"].cores_seen == 8
+    perpipe = measured["parallelenv-subproc-perpipe"].cores_seen
+    assert (perpipe or len(os.sched_getaffinity(0))) < 8  # fewer cores seen than workers, made so or real
+    rows = report.summarize([m.to_dict() for m in measured.values()], cores=2)
+    assert all(0 < row["wait_efficiency"] <= 1.05 and row["parent_cpu_us_per_worker"] > 0 for row in rows)
+
+
+@pytest.mark.timeout(120)
+def test_the_ceiling_steps_its_share_of_the_envs_in_bare_processes(no_leaks):
+    from benchmarks.ceiling import CeilingRunner
+    from benchmarks.machine import usable_cores
+    from benchmarks.measure import measure
+    from benchmarks.workloads import WORKLOADS, JitterEnv
+    from benchmarks.wrappers import WRAPPERS
+
+    result = measure(WORKLOADS["cartpole8"], WRAPPERS["ceiling"], steps=30, repeats=1)
+    assert result.error is None and result.rates[0] > 0 and result.workers == min(8, usable_cores()), result
+    # Each env gets its own column of actions and episodes restart: 3 envs, 250 steps of 200-step episodes.
+    runner = CeilingRunner([JitterEnv] * 3)
+    try:
+        runner.reset(0)
+        assert runner.run(np.zeros((250, 3), np.int64)) == 750 and runner.own_rate() > 0
+        assert sorted(int(i) for share in runner.shares for i in share) == [0, 1, 2]
+    finally:
+        runner.close()
+
+
+def test_report_gives_the_callers_cost_per_worker_the_efficiency_and_the_ratio_to_the_ceiling():
+    def row(workload, wrapper, kind, n, rate, cpu, workers, step_s=None, cores_seen=None):
+        return Measurement(workload, wrapper, kind, wrapper.startswith("parallelenv"), n, 10, rates=[rate],
+                           parent_cpu_us_per_step=[cpu], startup_s=0.1, workers=workers, env_step_s=step_s,
+                           cores_seen=cores_seen).to_dict()
+
+    rows = report.summarize([
+        # 64 workers of 4 envs whose step lasts 5 ms: at most 64 / 5 ms = 12,800 env-steps/s.
+        row("sleep5-64x4", "parallelenv-subproc-counted", "subprocess", 256, 9600.0, 640.0, 64, 0.005, 64),
+        row("cheetah8", "ceiling", "ceiling", 8, 20000.0, 1.0, 2),
+        row("cheetah8", "parallelenv-subproc", "subprocess", 8, 13000.0, 60.0, 2),
+        row("cheetah8", "envpool", "subprocess", 8, 30000.0, 900.0, None),
+    ], cores=2)
+    sleep, ceiling, ours, envpool = rows
+    assert sleep["wait_efficiency"] == pytest.approx(0.75) and sleep["parent_cpu_us_per_worker"] == 10.0
+    assert ours["against_ceiling"] == {"ceiling": "ceiling", "ratio": 0.65} and ceiling["against_ceiling"] is None
+    assert ours["best_peer"] == "envpool" and ceiling["ratio_to_best_peer"] is None  # the ceiling is no peer
+    table = report.markdown(rows, _meta())
+    assert "| sleep5-64x4 | **parallelenv-subproc-counted** | 64 x 4 | 64 (made to see) | 640 | 10.0 | 5.00 | 0.75 |" \
+        in table
+    assert "| cheetah8 | **parallelenv-subproc** | 2 x 4 | 2 | 60 | 30.0 |  |  | 0.65x |" in table
+    assert "| cheetah8 | envpool | in caller x 8 | 2 | 900 |  |  |  | 1.50x |" in table
