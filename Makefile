@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test test-pythons test-long soak lint docs bench bench-quick compat clean
+.PHONY: demo test test-pythons test-long soak lint docs bench bench-quick compat gpu-wheels gpu-check clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +99,36 @@ bench-quick: $(VENV)/.installed-bench
 GYMNASIUM_GIT ?= https://github.com/Farama-Foundation/Gymnasium.git
 compat: $(VENV)/.installed-test
 	GYMNASIUM_GIT=$(GYMNASIUM_GIT) $(PY) -m compat $(COMPAT_ARGS)
+
+# The tensor backend on a CUDA device, for a machine with Python 3.12 and a CUDA torch but no
+# Gymnasium and no network. Here, where the network is: make gpu-wheels fetches the wheels such a
+# machine may lack into $(GPU_WHEELS) (ignored by git, about 20 MiB); carry that folder with the
+# working tree. There: make gpu-check installs them offline into $(GPU_VENV), a venv that also sees
+# every package of $(GPU_PYTHON) (a venv of its own, as such machines have, included: a .pth file,
+# since --system-site-packages alone reaches only the base interpreter's), then runs the tensor
+# tests and the gpu tests, checks the shipped tensor envs on cuda against the CPU and times CartPole
+# at 65,536 / 1M / 16M envs (benchmarks/gpu_check.py), writing $(GPU_REPORT).
+GPU_WHEELS ?= .gpu-wheels
+GPU_PYTHON ?= python3
+GPU_PYTHON_VERSION ?= 3.12
+GPU_VENV ?= .venv-gpu
+GPU_REPORT ?= build/gpu-check/gpu-check.md
+GPU_PACKAGES ?= gymnasium cloudpickle pytest pytest-timeout hypothesis psutil
+GPU_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64,--platform $(p))
+
+gpu-wheels: | $(VENV)/bin/python
+	$(PY) -m pip download --quiet --disable-pip-version-check --only-binary=:all: --implementation cp \
+		--python-version $(GPU_PYTHON_VERSION) $(GPU_PLATFORMS) -c constraints.txt -d $(GPU_WHEELS) $(GPU_PACKAGES)
+	@du -sh $(GPU_WHEELS)
+
+gpu-check:
+	@test -d $(GPU_WHEELS) || { echo "no $(GPU_WHEELS): run make gpu-wheels where the network is, and carry it"; exit 1; }
+	$(GPU_PYTHON) -m venv --system-site-packages $(GPU_VENV)
+	$(GPU_PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
+		> $$($(GPU_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/gpu-check-host.pth
+	$(GPU_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-index \
+		--find-links $(GPU_WHEELS) $(GPU_PACKAGES)
+	$(GPU_VENV)/bin/python -m benchmarks.gpu_check --out $(GPU_REPORT) $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VENV)-3.* build *.egg-info

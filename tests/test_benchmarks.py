@@ -461,3 +461,18 @@ def test_report_gives_the_callers_cost_per_worker_the_efficiency_and_the_ratio_t
         in table
     assert "| cheetah8 | **parallelenv-subproc** | 2 x 4 | 2 | 60 | 30.0 |  |  | 0.65x |" in table
     assert "| cheetah8 | envpool | in caller x 8 | 2 | 900 |  |  |  | 1.50x |" in table
+
+
+@pytest.mark.timeout(120)
+def test_the_gpu_check_reports_on_a_machine_without_cuda_too(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    from benchmarks import gpu_check
+
+    out = tmp_path / "gpu.md"
+    assert gpu_check.main(["--sizes", "1024", "--steps", "3", "--repeats", "2", "--no-tests", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| 1,024 | cpu | ParallelEnv |" in text and "| 1,024 | cpu | direct |" in text
+    if not torch.cuda.is_available():
+        assert "no CUDA device here" in text
+    # The device checks compare two devices; two CPUs agree to the bit.
+    assert all(check["ok"] and check["max_difference"] == 0.0 for check in gpu_check.device_checks(torch, "cpu"))
