@@ -24,7 +24,7 @@ import pytest
 from conftest import HAS_RAY, HAS_TORCH, TESTS_DIR, assert_gone
 from envs import DelayEnv, FaultyEnv, counting
 
-from parallelenv import ClosedError, ParallelEnv, WorkerDiedError
+from parallelenv import ClosedError, ParallelEnv, WorkerDiedError, WorkerStartError
 from parallelenv.healing import WORKER_HUNG
 from parallelenv.pool import PoolWorkerError, RolloutPool
 from parallelenv.rollout import VecWorker
@@ -283,6 +283,22 @@ def test_a_ray_actor_killed_mid_collection_is_replaced(ray_session):
     assert [lost.worker for lost in samples.lost] == [0]
     assert samples.parts[0].worker == 0 and samples.parts[0].data.num_steps == 60
     assert_gone(pids)
+
+
+@needs_ray
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("cpus", "asked", "has"), [
+    (4, "1 Ray actor asks 4 CPUs", "no node with that much (the largest has 2 CPUs)"),  # no node holds one
+    (1.5, "2 Ray actors ask 3 CPUs in all (1.5 CPUs each)", "room for 1 of them"),  # the nodes hold one, not two
+])
+def test_a_pool_the_ray_cluster_can_never_hold_is_refused_at_once(ray_session, no_leaks, cpus, asked, has):
+    begun = time.monotonic()
+    with pytest.raises(WorkerStartError) as caught:
+        RolloutPool(envs_of(4), make_policy(), num_workers=2, backend="ray", actor_options={"num_cpus": cpus})
+    assert time.monotonic() - begun < 10
+    message = str(caught.value)
+    assert asked in message and has in message and "2 CPUs in all" in message, message
+    assert "did not start" in message and "died" not in message
 
 
 @needs_ray

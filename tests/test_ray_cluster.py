@@ -12,8 +12,10 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +25,17 @@ from conftest import HAS_RAY, assert_gone
 from envs import CountingEnv, counting
 
 import parallelenv
-from parallelenv import ParallelEnv, ParallelEnvError
+from parallelenv import ParallelEnv, ParallelEnvError, WorkerDiedError, WorkerStartError
 from parallelenv.backends.ray import cluster as ray_cluster
+from parallelenv.backends.ray import resources as ray_resources
 from parallelenv.backends.ray.cluster import shutdown_ray
+from parallelenv.backends.ray.resources import Ask
 
 pytestmark = pytest.mark.skipif(not HAS_RAY, reason="Ray is not installed")
 THIS = Path(__file__).resolve()
 SCRIPT_TIMEOUT_S = 300  # two local cluster starts and five ParallelEnvs on two busy cores
 LEFT_OPEN: list[ParallelEnv] = []  # the script's ParallelEnvs that only the exit hooks close
+RAY_MODES = ["ray", "ray-subproc"]
 
 
 class ClosingEnv(CountingEnv):
@@ -42,6 +47,14 @@ class ClosingEnv(CountingEnv):
 
     def close(self) -> None:
         Path(self.closed_dir, f"closed{self.tag}").touch()
+
+
+class SlowToBuildEnv(CountingEnv):
+    """Takes ``build_s`` seconds to build, as a simulator that loads its assets does."""
+
+    def __init__(self, tag: int, build_s: float) -> None:
+        super().__init__(tag)
+        time.sleep(build_s)  # the env's own cost, not a wait on the test's side
 
 
 # ---------------------------------------------------------------- in the test session
@@ -60,6 +73,96 @@ def test_a_cluster_we_did_not_start_is_left_running(ray_session):
     assert shutdown_ray() is False
     assert ray_session.is_initialized()
     assert ray_session.get(ray_session.put(7)) == 7
+
+
+# ---------------------------------------------------------------- what the actors ask, beside what the cluster has
+
+
+def test_an_ask_counts_each_actors_share_and_the_room_each_node_has():
+    ask = Ask.of({"num_cpus": 0.5, "num_gpus": 0.25, "resources": {"licence": 1}, "scheduling_strategy": "SPREAD"}, 4)
+    assert ask.total() == {"CPU": 2.0, "GPU": 1.0, "licence": 4.0}
+    assert ask.room_on({"CPU": 2.0, "GPU": 1.0, "licence": 3.0}) == 3  # the licences run out first
+    assert ask.room_on({"CPU": 8.0}) == 0
+    assert Ask.of({"num_cpus": 2 / 3}, 3).room_on({"CPU": 2.0}) == 3  # a share computed as 2/3 is not more
+    assert Ask.of({}, 2).per_actor == {"CPU": 1.0}  # Ray places an actor that names no CPUs on a free one
+    assert "3 Ray actors ask 2 CPUs in all (0.6667 CPU each)" in Ask.of({"num_cpus": 2 / 3}, 3).describe()
+
+
+IMPOSSIBLE = {  # on the session's cluster: one node, 2 CPUs, no GPU
+    "more CPUs than the cluster": ({"num_cpus": 8}, "8 CPUs", "2 CPUs in all"),
+    "a GPU it has not": ({"num_gpus": 2}, "2 GPUs", "no 'GPU' resource on any node"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", RAY_MODES)
+@pytest.mark.parametrize("ask", IMPOSSIBLE, ids=list(IMPOSSIBLE))
+def test_an_ask_the_cluster_can_never_hold_is_refused_at_once(ray_session, no_leaks, mode, ask):
+    options, asked, has = IMPOSSIBLE[ask]
+    begun = time.monotonic()
+    with pytest.raises(WorkerStartError) as caught:
+        ParallelEnv([counting(i) for i in range(4)], para_mode=mode, **options)
+    assert time.monotonic() - begun < 10
+    error = caught.value
+    assert isinstance(error, WorkerDiedError) and error.env_indices == [0, 1, 2, 3]
+    assert asked in str(error) and has in str(error) and "can never start them" in str(error)
+    assert "did not start" in str(error) and "died" not in str(error)
+    assert error.cluster["CPU"] == 2.0 and error.asked == {"CPU": 8.0} | error.asked
+
+
+@pytest.fixture
+def busy_cluster(ray_session):
+    """Every CPU of the session's cluster held by a placement group, as another job's actors hold them."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    group = placement_group([{"CPU": ray_session.cluster_resources()["CPU"]}])
+    ray_session.get(group.ready(), timeout=30)
+    yield ray_session
+    remove_placement_group(group)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", RAY_MODES)
+def test_an_ask_that_waits_for_busy_cpus_says_so_and_ends_as_did_not_start(busy_cluster, no_leaks, caplog, mode):
+    options = {"num_actors": 2, "num_workers_per_actor": 1} if mode == "ray-subproc" else {}
+    with pytest.raises(WorkerStartError) as caught:
+        ParallelEnv([counting(i) for i in range(2)], para_mode=mode, start_timeout=2, **options)
+    error = caught.value
+    assert "did not start" in str(error) and "died" not in str(error)
+    assert "0 of 2 Ray actors started, and none in the last 2 s (start_timeout)" in str(error)
+    assert "ask 2 CPUs in all" in str(error) and "2 CPUs, 0 CPUs free now" in str(error)
+    assert (error.asked, error.cluster, error.free) == ({"CPU": 2.0}, {"CPU": 2.0}, {"CPU": 0.0})
+    said = [record.getMessage() for record in caplog.records if "waiting" in record.getMessage()]
+    assert len(said) == 1 and "waiting up to 2 s (start_timeout) for other actors or tasks to free 2 CPUs" in said[0]
+
+
+@pytest.mark.timeout(120)
+def test_actors_that_did_not_start_leave_nothing_holding_the_cluster(ray_session, no_leaks):
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    group = placement_group([{"CPU": 2}])
+    ray_session.get(group.ready(), timeout=30)
+    try:
+        with pytest.raises(WorkerStartError):
+            ParallelEnv([counting(i) for i in range(2)], para_mode="ray", start_timeout=1)
+    finally:
+        remove_placement_group(group)
+    # Actors left queued would take the CPUs freed now, and this one, asking for all of them, would not start.
+    with ParallelEnv([counting(i) for i in range(2)], para_mode="ray", start_timeout=30) as penv:
+        pids = penv.backend.pids()
+        assert penv.reset(seed=0)[0].shape == (2, 4)
+    assert_gone(pids)
+
+
+@pytest.mark.timeout(120)
+def test_a_slow_start_says_how_many_actors_have_started(ray_session, no_leaks, capfd, monkeypatch):
+    monkeypatch.setattr(ray_resources, "PROGRESS_EVERY_S", 0.2)
+    monkeypatch.setattr(ray_resources, "WAIT_POLL_S", 0.1)
+    envs = [lambda i=i: SlowToBuildEnv(i, 1.5 * i) for i in range(2)]  # the second actor starts later
+    with ParallelEnv(envs, para_mode="ray") as penv:
+        penv.reset(seed=0)
+    lines = [line for line in capfd.readouterr().err.splitlines() if "Ray actors" in line]
+    assert lines and all(re.match(r"parallelenv: started [01] of 2 Ray actors \(\d+ s\)$", line) for line in lines)
 
 
 def test_missing_ray_says_what_to_install(monkeypatch):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parallelenv.backends.ray import cluster as ray_cluster
+from parallelenv.backends.ray.resources import Ask, check, places_itself, say_waiting
 from parallelenv.pool.host import WorkerHost
 from parallelenv.pool.messages import Close, Died, Failed, Reply, SetWeights, WorkerSpec
 from parallelenv.pool.weights import Update
@@ -32,6 +33,7 @@ class ActorWorker:
     refs: list[Any] = field(default_factory=list)  # calls made and not yet read, oldest first
     node: str = ""
     pid: int | None = None
+    env_ids: tuple[int, ...] = ()
 
 
 class _ActorHost:
@@ -56,14 +58,29 @@ class ActorFleet:
             _host_class["class"] = self._ray.remote(max_restarts=0)(_ActorHost)
         self._options = {**DEFAULT_ACTOR_OPTIONS, **(actor_options or {})}
         self._workers: list[ActorWorker] = []
+        self._said_waiting = False
 
     def share_weights(self, arrays: dict[str, Any] | None) -> Any:
         return None  # the object store shares them
 
     def start(self, spec: WorkerSpec) -> ActorWorker:
-        worker = ActorWorker(_host_class["class"].options(**self._options).remote(spec))
+        self._check(spec)
+        worker = ActorWorker(_host_class["class"].options(**self._options).remote(spec), env_ids=spec.env_ids)
         self._workers.append(worker)
         return worker
+
+    def _check(self, spec: WorkerSpec) -> None:
+        """Refuse at once a worker the cluster can never hold beside the pool's others; say once
+        when one must wait for resources that other work holds."""
+        if places_itself(self._options):
+            return
+        env_ids = [i for worker in self._workers for i in worker.env_ids] + list(spec.env_ids)
+        check(self._ray, Ask.of(self._options, len(self._workers) + 1), env_ids, None)  # raises if never
+        # The pool's own actors placed so far hold theirs already: this one needs only its own share free.
+        waiting = check(self._ray, Ask.of(self._options, 1), spec.env_ids, None, limit="up to the pool's start_timeout")
+        if waiting is not None and not self._said_waiting:
+            say_waiting(waiting)
+            self._said_waiting = True
 
     def publish(self, version: int, update: Update) -> tuple[SetWeights, Any]:
         """Once per update: one ``ray.put``, whose reference every actor's request carries."""

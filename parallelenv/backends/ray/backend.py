@@ -24,6 +24,7 @@ from parallelenv.backends.env_sources import EnvSource, env_list, pickle_sources
 from parallelenv.backends.partition import Groups
 from parallelenv.backends.ray import cluster as ray_cluster
 from parallelenv.backends.ray.actor_host import GroupHost, Lost, Rows
+from parallelenv.backends.ray.resources import Ask, check, not_started, places_itself, wait_started
 from parallelenv.backends.spaces import SpaceMismatch, common_spaces
 from parallelenv.backends.subproc import wire
 from parallelenv.batching import put, take, zeros
@@ -31,6 +32,9 @@ from parallelenv.calls import Call, Done, Failure, Reply, Step, method_name
 from parallelenv.errors import WorkerDiedError
 
 CLOSE_GRACE_S = 10.0
+# A start waits this long with no actor starting before it gives up: an actor builds its envs in seconds,
+# and a longer wait is one for resources that other work holds (see resources.py).
+START_TIMEOUT_S = 60.0
 LOSS_GRACE_S = 2.0  # how long a lost actor's error waits for other actors lost with it
 _actor_class: dict[str, Any] = {}
 
@@ -41,6 +45,7 @@ class _Actor:
     env_ids: list[int]
     node: str = ""
     death: WorkerDiedError | None = None
+    started: bool = False  # its start() returned: it answers calls
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ class RayBackend:
         local_mode: str,
         num_actors: int | None = None,
         num_workers_per_actor: int | None = None,
-        start_timeout: float | None = 300.0,
+        start_timeout: float | None = START_TIMEOUT_S,
         actor_options: dict[str, Any] | None = None,
     ) -> None:
         sources = env_list(sources)
@@ -96,6 +101,8 @@ class RayBackend:
                 **(actor_options or {}),
             }
             self._groups = Groups(self.num_envs, num_actors)
+            self._options = options
+            waiting = self._check(num_actors, range(self.num_envs), start_timeout)
             host = _host_class(self._ray).options(**options)
             # What a restart needs to start an actor as the first one was started.
             self._new_actor = lambda ids: _Actor(
@@ -104,7 +111,7 @@ class RayBackend:
             self._start_timeout = start_timeout
             for ids in self._groups.members:
                 self._actors.append(self._new_actor(ids))
-            self._start(start_timeout)
+            self._start(start_timeout, waiting)
         except BaseException:
             self.close()
             raise
@@ -113,21 +120,30 @@ class RayBackend:
         nodes = self._ray.nodes()
         return max(1, sum(1 for node in nodes if node.get("Alive") and node.get("Resources", {}).get("CPU")))
 
-    def _start(self, timeout: float | None) -> None:
-        per_env = self._started(self._actors, timeout)
+    def _check(self, actors: int, env_ids: Sequence[int], timeout: float | None) -> str | None:
+        """Refuse at once what the cluster can never hold; what a start must wait for, if anything."""
+        if places_itself(self._options):
+            return None
+        return check(self._ray, Ask.of(self._options, actors), list(env_ids), timeout)
+
+    def _start(self, timeout: float | None, waiting: str | None) -> None:
+        per_env = self._started(self._actors, timeout, waiting)
         self.single_observation_space, self.single_action_space = common_spaces(per_env)
         self.buffers = Buffers.allocate(
             self.single_observation_space, self.single_action_space, self.num_envs, zeros, self._restarts
         )
 
-    def _started(self, actors: list[_Actor], timeout: float | None) -> list[tuple[Any, Any]]:
+    def _started(self, actors: list[_Actor], timeout: float | None, waiting: str | None) -> list[tuple[Any, Any]]:
         """Wait for ``actors`` to build their envs; each env's spaces, in env order."""
         ray = self._ray
         starts = {actor.handle.start.remote(): actor for actor in actors}
-        ready, not_ready = ray.wait(list(starts), num_returns=len(starts), timeout=timeout)
+        not_ready = wait_started(ray, list(starts), timeout, waiting)
+        for ref, actor in starts.items():
+            actor.started = ref not in not_ready
         if not_ready:
             stuck = [i for ref in not_ready for i in starts[ref].env_ids]
-            raise WorkerDiedError(stuck, f"their actors did not start within {timeout} s (not enough cluster resources?)")
+            ask = Ask.of(self._options, len(actors))
+            raise not_started(ray, ask, stuck, len(starts) - len(not_ready), timeout)
         per_env = []
         for ref, actor in starts.items():  # in env order: a mismatch names the env that differs
             started = self._get(ref, actor)
@@ -287,11 +303,14 @@ class RayBackend:
 
     def restart(self, env_ids: Sequence[int]) -> list[int]:
         """A new actor in place of each dead one hosting ``env_ids``; Ray places it on a live node."""
+        dead = [group for group in self._groups.hosting(env_ids) if self._actors[group].death is not None]
+        if not dead:
+            return []
+        waiting = self._check(len(dead), [i for group in dead for i in self._actors[group].env_ids],
+                              self._start_timeout)
         replaced = []
-        for group in self._groups.hosting(env_ids):
+        for group in dead:
             old = self._actors[group]
-            if old.death is None:
-                continue
             self._pending = {ref: p for ref, p in self._pending.items() if p.actor is not old}
             try:
                 self._ray.kill(old.handle, no_restart=True)
@@ -299,10 +318,8 @@ class RayBackend:
                 pass
             new = self._actors[group] = self._new_actor(old.env_ids)
             replaced.append(new)
-        if not replaced:
-            return []
         try:
-            per_env = self._started(replaced, self._start_timeout)
+            per_env = self._started(replaced, self._start_timeout, waiting)
         except BaseException as exc:
             for actor in replaced:
                 actor.death = actor.death or WorkerDiedError(actor.env_ids, f"its replacement failed to start: {exc}")
@@ -340,7 +357,9 @@ class RayBackend:
             ray_cluster.release(self)
             return
         ray = self._ray
-        live = [actor for actor in self._actors if actor.death is None]
+        # Started ones (those that told their node) only: a call to one still waiting to start
+        # would queue behind its start, and the close would wait out its grace for nothing.
+        live = [actor for actor in self._actors if actor.death is None and actor.started]
         # A graceful close first, so that actors stop their own worker processes.
         closing = [actor.handle.close.remote() for actor in live]
         if closing:
@@ -357,8 +376,11 @@ class RayBackend:
 def make_ray(sources: Sequence[EnvSource], config: BackendConfig, **options: Any) -> RayBackend:
     """``para_mode="ray"``: one actor per env.
 
-    Options: ``start_timeout``, ``actor_options`` (passed to ``.options()`` of
-    every actor, e.g. ``{"resources": {"licence": 1}}``).
+    Options: ``start_timeout`` (seconds the start may go with no actor
+    starting, default 60; None: no limit), ``actor_options`` (passed to
+    ``.options()`` of every actor, e.g. ``{"resources": {"licence": 1}}``).
+    What the actors ask is compared with the cluster first: see
+    :mod:`~parallelenv.backends.ray.resources`.
     """
     sources = env_list(sources)
     return RayBackend(sources, config, local_mode="dummy", num_actors=len(sources), **options)
@@ -369,6 +391,6 @@ def make_ray_subproc(sources: Sequence[EnvSource], config: BackendConfig, **opti
 
     Options: ``num_actors`` (default: one per node of the cluster that has
     CPUs), ``num_workers_per_actor`` (default: the actor's share of
-    ``num_cpus``), ``start_timeout``, ``actor_options``.
+    ``num_cpus``), ``start_timeout``, ``actor_options`` (as for ``ray``).
     """
     return RayBackend(sources, config, local_mode="subproc", **options)
