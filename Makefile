@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test test-pythons test-long soak lint docs bench bench-quick compat gpu-wheels gpu-check clean
+.PHONY: demo test test-pythons test-frameworks test-long soak lint docs bench bench-quick compat gpu-wheels gpu-check clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,22 @@ $(VENV)-%/bin/python:
 
 $(VENV)-%/.installed-test-core: setup.cfg setup.py constraints.txt | $(VENV)-%/bin/python
 	$(VENV)-$*/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test-core]"
+	touch $@
+
+# Frameworks whose pins clash with ours, each run on our entry points in a venv of its own, as
+# make test-pythons runs the core suite: RLlib 2.60 pins gymnasium 1.2.2, so $(RLLIB_VENV) takes
+# our pins but Gymnasium's, ray[rllib] and the CPU torch (tests/test_rllib.py: PPO with local and
+# remote env runners over subproc and ray-subproc; it skips where RLlib is missing, as in $(VENV)).
+RLLIB_VENV ?= $(VENV)-rllib
+FRAMEWORK_TESTS ?= tests/test_rllib.py
+test-frameworks: $(RLLIB_VENV)/.installed-rllib
+	$(RLLIB_VENV)/bin/python -m pytest -rfE -p no:cacheprovider $(FRAMEWORK_TESTS)
+
+$(RLLIB_VENV)/.installed-rllib: setup.cfg setup.py constraints.txt
+	$(call python_for,$(MAIN_PYTHON)) -m venv $(RLLIB_VENV)
+	grep -v '^gymnasium==' constraints.txt > $(RLLIB_VENV)/constraints.txt
+	$(RLLIB_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(RLLIB_VENV)/constraints.txt \
+		-e ".[test-core]" "ray[rllib]" torch
 	touch $@
 
 test-long: $(VENV)/.installed-test
