@@ -222,7 +222,30 @@ def _caller_table(rows: list[dict[str, Any]], cores: int) -> list[str]:
              "| " + " | ".join(["---"] * 4 + ["---:"] * (len(CALLER_COLUMNS) - 4)) + " |"]
     for row in shown:
         lines.append("| " + " | ".join(_caller_cells(row, cores)) + " |")
+    slopes = added_worker_costs(rows)
+    if slopes:
+        lines += ["", "What each added worker costs the caller per batch step: (caller CPU per batch step at the "
+                  "most workers - at the fewest) / (the workers added), the same wrapper, envs each and step: " + "; ".join(
+                      f"{wrapper} {k} env(s) each, {step_ms:g} ms steps, {low} -> {high} workers: {cost:,.1f} us"
+                      for (wrapper, step_ms, k), (low, high, cost) in slopes.items())]
     return lines + [""]
+
+
+def added_worker_costs(rows: list[dict[str, Any]]) -> dict[tuple[str, float, int], tuple[int, int, float]]:
+    """(wrapper, step ms, envs per worker) -> (fewest workers, most, caller us per batch step per added
+    worker), where the many-worker workloads measured it at two sizes or more."""
+    sizes: dict[tuple[str, float, int], dict[int, float]] = defaultdict(dict)
+    for row in rows:
+        workload = WORKLOADS.get(row["workload"])
+        cpu, workers = row["parent_cpu_us_per_step_median"], row.get("workers")
+        if workload and workload.wait_s and workers and cpu is not None:
+            sizes[(row["wrapper"], workload.wait_s * 1e3, -(-row["num_envs"] // workers))][workers] = cpu
+    slopes = {}
+    for key, cpu_by_workers in sizes.items():
+        low, high = min(cpu_by_workers), max(cpu_by_workers)
+        if high > low:
+            slopes[key] = (low, high, (cpu_by_workers[high] - cpu_by_workers[low]) / (high - low))
+    return slopes
 
 
 def _caller_cells(row: dict[str, Any], real_cores: int) -> list[str]:
@@ -364,7 +387,10 @@ def _problems(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def write_json(path: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    path.write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
+    slopes = [{"wrapper": wrapper, "step_ms": step_ms, "envs_per_worker": k, "from_workers": low,
+               "to_workers": high, "caller_us_per_added_worker": cost}
+              for (wrapper, step_ms, k), (low, high, cost) in added_worker_costs(rows).items()]
+    path.write_text(json.dumps({**meta, "rows": rows, "added_worker_costs": slopes}, indent=2) + "\n")
 
 
 def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:

@@ -476,3 +476,19 @@ def test_the_gpu_check_reports_on_a_machine_without_cuda_too(tmp_path, capsys):
         assert "no CUDA device here" in text
     # The device checks compare two devices; two CPUs agree to the bit.
     assert all(check["ok"] and check["max_difference"] == 0.0 for check in gpu_check.device_checks(torch, "cpu"))
+
+
+def test_report_gives_what_each_added_worker_costs_the_caller(tmp_path):
+    def row(workload, workers, cpu):
+        return Measurement(workload, "parallelenv-subproc-counted", "subprocess", True, workers, 10, rates=[100.0],
+                           parent_cpu_us_per_step=[cpu], startup_s=0.1, workers=workers, env_step_s=0.0051,
+                           cores_seen=workers).to_dict()
+
+    rows = report.summarize([row("sleep5-8x1", 8, 200.0), row("sleep5-64x1", 64, 312.0)], cores=2)
+    assert report.added_worker_costs(rows) == {("parallelenv-subproc-counted", 5.0, 1): (8, 64, 2.0)}
+    assert "parallelenv-subproc-counted 1 env(s) each, 5 ms steps, 8 -> 64 workers: 2.0 us" in \
+        report.markdown(rows, _meta())
+    report.write_json(tmp_path / "out.json", rows, _meta())
+    written = json.loads((tmp_path / "out.json").read_text())["added_worker_costs"]
+    assert written == [{"wrapper": "parallelenv-subproc-counted", "step_ms": 5.0, "envs_per_worker": 1,
+                        "from_workers": 8, "to_workers": 64, "caller_us_per_added_worker": 2.0}]
