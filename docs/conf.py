@@ -41,10 +41,10 @@ autodoc_typehints = "description"  # signatures stay readable; the types go besi
 autodoc_default_options = {"members": True, "show-inheritance": True}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
-# torch and SB3 cost seconds to import, and mocked they change no page (the package's annotations are
-# strings), so the build needs neither. Mocked for the whole build, not only while autodoc imports a
+# torch, SB3 and Tianshou cost seconds to import, and mocked they change no page (the package's annotations
+# are strings), so the build needs none. Mocked for the whole build, not only while autodoc imports a
 # module (autodoc_mock_imports): Sphinx imports the real SB3, and torch with it, to read the source
 # of the classes SB3VecEnv derives from.
-sys.meta_path.insert(0, MockFinder(["stable_baselines3", "torch"]))
+sys.meta_path.insert(0, MockFinder(["stable_baselines3", "tianshou", "torch"]))
 
 write_sections(ROOT / "README.rst", DOCS / "_readme")
