@@ -416,7 +416,8 @@ def test_the_paths_of_the_many_worker_workload_measure_the_callers_cost(no_leaks
     perpipe = measured["parallelenv-subproc-perpipe"].cores_seen
     assert (perpipe or len(os.sched_getaffinity(0))) < 8  # fewer cores seen than workers, made so or real
     rows = report.summarize([m.to_dict() for m in measured.values()], cores=2)
-    assert all(0 < row["wait_efficiency"] <= 1.05 and row["parent_cpu_us_per_worker"] > 0 for row in rows)
+    # No upper bound: on a busy machine the step timed alone can wake later than the workers' steps did.
+    assert all(row["wait_efficiency"] > 0 and row["parent_cpu_us_per_worker"] > 0 for row in rows)
 
 
 @pytest.mark.timeout(120)
