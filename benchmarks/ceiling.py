@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -24,6 +25,7 @@ from benchmarks.machine import usable_cores
 from benchmarks.registry import EnvFactory, Runner
 
 _JOIN_S = 10.0
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class CeilingRunner(Runner):
@@ -39,14 +41,17 @@ class CeilingRunner(Runner):
         self._processes: list[Any] = []
         self._rate: float | None = None
         try:
-            for share in self.shares:
-                ours, theirs = ctx.Pipe()
-                process = ctx.Process(target=_serve, args=(theirs, [factories[i] for i in share]), daemon=True,
-                                      name="ceiling")
-                process.start()
-                theirs.close()
-                self._conns.append(ours)
-                self._processes.append(process)
+            # One BLAS/OpenMP thread each, as parallelenv's workers get: no thread pool beside the envs
+            # (the forkserver, started with the first process, reads them once).
+            with _variables({name: "1" for name in _THREAD_VARIABLES}):
+                for share in self.shares:
+                    ours, theirs = ctx.Pipe()
+                    process = ctx.Process(target=_serve, args=(theirs, [factories[i] for i in share]),
+                                          daemon=True, name="ceiling")
+                    process.start()
+                    theirs.close()
+                    self._conns.append(ours)
+                    self._processes.append(process)
         except BaseException:
             self.close()
             raise
@@ -89,6 +94,18 @@ class CeilingRunner(Runner):
                 process.join()
         for conn in self._conns:
             conn.close()
+
+
+@contextlib.contextmanager
+def _variables(values: dict[str, str]) -> Iterator[None]:
+    """Environment variables set for the block where the user has not set them."""
+    added = {name: value for name, value in values.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def _serve(conn: Connection, factories: list[EnvFactory]) -> None:
