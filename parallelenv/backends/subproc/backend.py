@@ -197,9 +197,10 @@ class SubprocBackend:
     def _handshake(self, timeout: float | None, keep_segment_name: bool) -> None:
         """Learn the spaces from the workers, then give them the shared buffers.
 
-        The segment's name is removed once every worker has attached, unless
-        dead workers are to be replaced: a new worker attaches by that name,
-        and the resource tracker removes it should this process be killed.
+        Where the segment still has a name (not on Linux, see
+        :mod:`~parallelenv.backends.subproc.shm`), it is removed once every
+        worker has attached, unless dead workers are to be replaced: a new
+        worker attaches by that name.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         per_env = [pair for w in self._workers for pair in self._await(w, deadline, "build its envs").spaces]

@@ -7,15 +7,28 @@ machine a wake-up is tens of microseconds of the waker's time: measured here,
 the worker sharing a core with the parent took ~120 us longer per CartPole
 step of its 32 envs than the other one. For ``step()`` of every env (the
 common case; the step says so, see ``Step.awaited``) with a worker per core
-(see ``SubprocBackend`` for why not with more workers), the workers count down on a shared counter instead, and only
-the one that takes it to zero writes a byte to the pipe the parent sleeps on.
+(see ``SubprocBackend`` for why not with more workers), the workers count down
+instead, and only the one that takes the count to zero writes a byte to the
+pipe the parent sleeps on.
+
+The count is a pipe of tokens, one per worker: a read of one byte from a pipe
+takes it whole, so each worker takes its own, and the worker that takes the
+last one (a zero byte) knows it is the last. It wakes the parent, then lays out
+the next step's tokens: the others cannot ask for them before the parent, once
+woken, has sent that step, and should one ask early, its read waits for them.
+A pipe, unlike a shared counter under a lock, has no name: the lock of
+``multiprocessing.Value`` is a named POSIX semaphore, which stayed in
+``/dev/shm`` when the whole process group was killed (its resource tracker dies
+with the group). A pipe goes with the last process holding it, however it ends.
 
 A worker whose envs returned no info has nothing to say beyond what is in
-shared memory, so it records a *quiet* answer next to the counter and writes
+shared memory, so it records a *quiet* answer beside its token and writes
 nothing to its pipe: the parent then reads no pipe at all for most steps. A
 worker with something to say records that it answers on its pipe, before it
 writes there, so that by the time the parent has read every such reply, no
-countdown is still to come.
+countdown is still to come. Each worker writes only its own answer's byte, and
+before it takes its token: the pipe's order (the last token is read after every
+other) makes every answer visible to the parent the last worker wakes.
 """
 
 from __future__ import annotations
@@ -27,26 +40,26 @@ import numpy as np
 
 # How a worker answered the step being counted down.
 NOT_YET, QUIET, ON_PIPE = 0, 1, 2
+# The token of the worker that is not the last, and of the one that is.
+_MORE, _LAST = b"\x01", b"\x00"
 
 
 class Countdown:
-    """The parent's end: :meth:`arm` the counter, sleep on :meth:`fileno`, read the answers."""
+    """The parent's end: :meth:`arm` the answers, sleep on :meth:`fileno`, read them."""
 
     def __init__(self, ctx: Any, num_workers: int) -> None:
-        # A shared int with its own lock (a POSIX semaphore): workers decrement it under the lock.
-        self._remaining = ctx.Value("i", 0)
-        # The parent needs no lock: it sets the counter while no worker counts
-        # down, and reads it once the last one has, or to learn it has not.
-        self._counter = self._remaining.get_obj()
-        self._answers = ctx.RawArray("b", num_workers)
+        self._answers = ctx.RawArray("b", num_workers)  # an anonymous mapping: nothing named
         self._answer_of = np.frombuffer(self._answers, dtype=np.int8)
         self._all_quiet = bytes([QUIET]) * num_workers
         self._wake_reader, self._wake_writer = ctx.Pipe(duplex=False)
+        self._token_reader, self._token_writer = ctx.Pipe(duplex=False)
+        self._tokens = _MORE * (num_workers - 1) + _LAST
+        # The first step's tokens; each later step's are laid out by the last worker of the one before.
+        os.write(self._token_writer.fileno(), self._tokens)
 
     def arm(self) -> None:
         """Expect an answer from every worker; only call it while no worker is counting down."""
         self._answer_of[:] = NOT_YET
-        self._counter.value = len(self._answer_of)
 
     def fileno(self) -> int:
         return self._wake_reader.fileno()
@@ -56,10 +69,10 @@ class Countdown:
 
         A byte may be left over from a step whose answers were all taken
         without it (its wait timed out just before the last one came), so the
-        counter, not the byte, says whether this step is complete.
+        answers, not the byte, say whether this step is complete.
         """
         os.read(self.fileno(), 4096)
-        return self._counter.value == 0
+        return NOT_YET not in bytes(self._answers)
 
     def all_quiet(self) -> bool:
         """Whether every worker has answered, and quietly (the common step: one comparison of bytes)."""
@@ -70,34 +83,32 @@ class Countdown:
 
     def for_worker(self, worker_index: int) -> WorkerCountdown:
         """What a worker needs to count down, passed to it when it starts."""
-        return WorkerCountdown(self._remaining, self._answers, worker_index, self._wake_writer)
+        return WorkerCountdown(self._answers, worker_index, self._token_reader, self._token_writer, self._tokens,
+                               self._wake_writer)
 
     def close(self) -> None:
-        self._wake_reader.close()
-        self._wake_writer.close()
-        # The counter's lock is a named POSIX semaphore, unlinked once the lock
-        # is collected (or by the resource tracker at exit): drop it now. Ray
-        # kills an actor after close(), and the actor's resource tracker with
-        # it, which left the name in /dev/shm for every ray-subproc ParallelEnv.
-        self._remaining = self._counter = None
+        for end in (self._wake_reader, self._wake_writer, self._token_reader, self._token_writer):
+            end.close()
 
 
 class WorkerCountdown:
     """A worker's end: :meth:`arrive` once its results are in shared memory, :meth:`wake` if it was the last."""
 
-    def __init__(self, remaining: Any, answers: Any, worker_index: int, wake_writer: Any) -> None:
-        self._remaining = remaining
+    def __init__(self, answers: Any, worker_index: int, token_reader: Any, token_writer: Any, tokens: bytes,
+                 wake_writer: Any) -> None:
         self._answers = answers
         self._index = worker_index
+        self._token_reader = token_reader
+        self._token_writer = token_writer
+        self._tokens = tokens
         self._wake_writer = wake_writer
 
     def arrive(self, quiet: bool) -> bool:
         """Count this worker's answer (``quiet``: none follows on the pipe); True when it is the last."""
-        with self._remaining.get_lock():
-            self._answers[self._index] = QUIET if quiet else ON_PIPE
-            counter = self._remaining.get_obj()
-            counter.value -= 1
-            return counter.value == 0
+        self._answers[self._index] = QUIET if quiet else ON_PIPE
+        return os.read(self._token_reader.fileno(), 1) == _LAST
 
     def wake(self) -> None:
+        """Wake the parent, then lay out the next step's tokens (off the path of this step's answer)."""
         os.write(self._wake_writer.fileno(), b"w")
+        os.write(self._token_writer.fileno(), self._tokens)

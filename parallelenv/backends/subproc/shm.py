@@ -3,9 +3,13 @@
 Workers write observations, rewards and flags straight into their rows and
 the parent reads them without unpickling anything; the parts of spaces of no
 fixed shape stay out of the segment, private to each process, and travel
-with the messages (:mod:`parallelenv.backends.subproc.wire`). The parent creates the
-segment and unlinks its name as soon as every worker has attached to it by
-that name, so that nothing is left in ``/dev/shm`` however the processes end.
+with the messages (:mod:`parallelenv.backends.subproc.wire`). Nothing may be left in
+``/dev/shm`` however the processes end, a kill of the whole process group
+included (it takes the resource tracker along): on Linux the parent removes
+the segment's name as soon as it has made it, and workers, replacements
+included, open the file as ``/proc/<parent pid>/fd/<fd>`` (as a memfd's,
+below). Elsewhere they attach by name, which the parent removes once every
+worker has attached, unless dead workers are to be replaced.
 
 ``/dev/shm`` is a tmpfs whose size may be small (Docker gives a container
 64 MB unless ``docker run --shm-size`` says otherwise), and tmpfs hands out
@@ -90,27 +94,43 @@ def _allocate(fd: int, size: int) -> None:
             raise
 
 
-def _named_segment(size: int) -> shared_memory.SharedMemory:
+def _named_segment(size: int) -> shared_memory.SharedMemory | MemfdSegment:
+    """A segment in /dev/shm; on Linux already without its name, opened as ``/proc/<pid>/fd/<fd>``."""
     name = f"{NAME_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}"
     segment = shared_memory.SharedMemory(name=name, create=True, size=size)
+    if not os.path.isdir(f"/proc/{os.getpid()}/fd"):
+        try:
+            _allocate(segment._fd, size)  # the segment's own descriptor: SharedMemory offers no other way to it
+        except BaseException:
+            segment.close()
+            segment.unlink()
+            raise
+        return segment
+    # The file lives on while a descriptor or a mapping holds it; its name would outlive a killed job.
     try:
-        _allocate(segment._fd, size)  # the segment's own descriptor: SharedMemory offers no other way to it
-    except BaseException:
+        fd = os.dup(segment._fd)
+    finally:
         segment.close()
         segment.unlink()
+    try:
+        _allocate(fd, size)
+        return MemfdSegment(fd, size, f"/proc/{os.getpid()}/fd/{fd}", owner=True, backing=SHM_DIR)
+    except BaseException:
+        os.close(fd)
         raise
-    return segment
 
 
 class MemfdSegment:
-    """An anonymous file's memory, with the interface of ``SharedMemory`` that :class:`SharedBuffers` uses.
+    """An anonymous file's memory (a memfd, or a file in /dev/shm whose name is gone), with the interface
+    of ``SharedMemory`` that :class:`SharedBuffers` uses; ``backing`` says which.
 
     Its ``name`` is the path a worker opens it by, valid while the creator
     holds its descriptor: :meth:`unlink` closes that, as removing a named
     segment's name does.
     """
 
-    def __init__(self, fd: int, size: int, name: str, owner: bool) -> None:
+    def __init__(self, fd: int, size: int, name: str, owner: bool, backing: str = MEMFD) -> None:
+        self.backing = backing
         self._mmap: mmap.mmap | None = mmap.mmap(fd, size)
         self.buf: memoryview | None = memoryview(self._mmap)
         self.name = name
@@ -188,7 +208,7 @@ class SharedBuffers:
         self.segment = segment
         self.buffers: Buffers | None = buffers
         self._owner = owner
-        self.backing = MEMFD if isinstance(segment, MemfdSegment) else SHM_DIR
+        self.backing = segment.backing if isinstance(segment, MemfdSegment) else SHM_DIR
 
     @classmethod
     def create(
