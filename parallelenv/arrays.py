@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from parallelenv.extras import missing_extra
+
 Tree = Any  # an array or tensor, or a dict / tuple of Trees
 
 
@@ -42,7 +44,7 @@ def import_torch(needed_for: str = "torch output") -> Any:
     try:
         import torch
     except ImportError:
-        raise ImportError(f"{needed_for} needs PyTorch: pip install 'parallelenv[torch]'") from None
+        raise ImportError(missing_extra(f"{needed_for} needs PyTorch", "torch")) from None
     return torch
 
 

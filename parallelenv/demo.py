@@ -25,6 +25,7 @@ import numpy as np
 
 from parallelenv import ParallelEnv
 from parallelenv.backends import backend_names
+from parallelenv.extras import missing_extra
 
 DEFAULT_CHART = Path("build") / "parallelenv-demo.png"
 COLOURS = {"dummy": "#8da0cb", "subproc": "#66c2a5", "ray": "#fc8d62", "ray-subproc": "#fc8d62", "tensor": "#e78ac3"}
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         draw_chart(args.chart, runs, args.num_envs)
     except ImportError:
-        say("\nNo chart: it needs matplotlib (pip install 'parallelenv[demo]').")
+        say(f"\nNo chart: {missing_extra('the chart needs matplotlib', 'demo')}.")
         return
     say(f"\nChart of env-steps/s and start-up per backend: {args.chart.resolve()}")
 

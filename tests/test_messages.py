@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import configparser
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
 from envs import CountingEnv, counting
 
+import parallelenv
 from parallelenv import EnvError, ParallelEnv, ParallelEnvError
 from parallelenv.errors import SharedEnvError
+from parallelenv.extras import EXTRAS_WITH_TORCH
 
 # What a user without an extra runs, and the extra it needs.
 WITHOUT = {
@@ -40,7 +44,26 @@ def test_a_missing_extra_says_which_to_install(case):
     module, code = WITHOUT[case]
     done = subprocess.run([sys.executable, "-c", HIDDEN, module, code], capture_output=True, text=True, timeout=50)
     assert done.returncode == 0, done.stderr
-    assert f"pip install 'parallelenv[{EXTRA[module]}]'" in done.stdout, done.stdout
+    extra = EXTRA[module]
+    # The extra by name, and the command that works from a clone (README: not on PyPI), pins included.
+    assert f"the extra parallelenv[{extra}] installs: from the clone's root, pip install -e '.[{extra}]' -c " \
+           "constraints.txt" in done.stdout, done.stdout
+    assert ("CUDA build of torch" in done.stdout) == (extra != "ray"), done.stdout  # SB3 and the demo bring torch
+
+
+def test_every_install_message_comes_from_one_place():
+    # One voice: no other module spells a pip command, so none can drift from the one that works.
+    package = Path(parallelenv.__file__).parent
+    spelling = [str(path.relative_to(package)) for path in package.rglob("*.py") if "pip install" in path.read_text()]
+    assert spelling == ["extras.py"]
+
+
+@pytest.mark.parametrize("extra", sorted(set(EXTRA.values()) | {"all", "sb3"}))
+def test_the_extras_messages_name_are_setup_cfgs(extra):
+    setup = configparser.ConfigParser()
+    setup.read(Path(parallelenv.__file__).parent.parent / "setup.cfg")
+    assert extra in setup["options.extras_require"]
+    assert ("torch" in setup["options.extras_require"][extra] or extra == "sb3") == (extra in EXTRAS_WITH_TORCH)
 
 
 @pytest.mark.parametrize("machine", ["a CPU-only torch", "no GPU", "fewer GPUs"])

@@ -1,6 +1,6 @@
 """A ParallelEnv seen as a Stable-Baselines3 ``VecEnv``, for SB3 algorithms and VecEnv wrappers.
 
-Importing this module imports SB3 (``pip install 'parallelenv[sb3]'``);
+Importing this module imports SB3 (the extra ``parallelenv[sb3]``);
 nothing else in parallelenv does. SB3 resets a finished env in the step
 that finishes it and puts the ended episode's last obs in
 ``info["terminal_observation"]``; ``info["TimeLimit.truncated"]`` says the
@@ -21,13 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from parallelenv.extras import missing_extra
+
 try:
     from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 except ImportError as missing:
     if not (missing.name or "").startswith("stable_baselines3"):
         raise  # SB3 is there; something it imports is not, and its own error says what
     raise ModuleNotFoundError(
-        "the SB3 view needs Stable-Baselines3: pip install 'parallelenv[sb3]' (or pip install stable-baselines3)",
+        missing_extra("the SB3 view needs Stable-Baselines3", "sb3"),
         name=missing.name,
     ) from None
 

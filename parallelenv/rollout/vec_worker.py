@@ -13,6 +13,7 @@ import numpy as np
 from parallelenv import arguments
 from parallelenv.arrays import Tree, copy_tree, first_leaf, is_tensor, put_rows, to_numpy, to_torch
 from parallelenv.batching import check_batch
+from parallelenv.extras import missing_extra
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.rollout.episode_record import EpisodeRecord
 from parallelenv.rollout.overlap import CollectsOverlapped
@@ -414,5 +415,5 @@ def _progress(steps: Iterable[int], show: bool) -> Iterator[int]:
     try:
         from tqdm.auto import tqdm
     except ImportError as exc:
-        raise ImportError("progress=True needs tqdm: pip install 'parallelenv[demo]' (or pip install tqdm)") from exc
+        raise ImportError(missing_extra("progress=True needs tqdm", "demo")) from exc
     return iter(tqdm(steps, desc="collect", unit="step"))

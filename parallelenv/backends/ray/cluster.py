@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from parallelenv.errors import ParallelEnvError
+from parallelenv.extras import missing_extra
 
 EXIT_LOCK_WAIT_S = 1.0
 # Set (unless the caller set them) before we start a local cluster. Ray
@@ -57,9 +58,7 @@ def import_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
-        raise ImportError(
-            "the Ray backends need Ray: pip install 'parallelenv[ray]' (or pip install ray)"
-        ) from None
+        raise ImportError(missing_extra("the Ray backends need Ray", "ray")) from None
     return ray
 
 
