@@ -115,12 +115,13 @@ class GymnasiumVectorEnv(VectorEnv):
         mode = modes[0] if autoreset_mode is None else AutoresetMode(autoreset_mode)
         if mode not in modes:
             served = " or ".join(str(served_mode) for served_mode in modes)
+            self.closed = True  # Gymnasium 1.2's VectorEnv.__del__ closes a view not closed: the ParallelEnv stays yours
             raise ValueError(
                 f"autoreset_mode={mode} is not what asynchronous={penv.policy.name!r} does: it serves {served}. "
                 "SAME_STEP is asynchronous='restart'; NEXT_STEP and DISABLED are 'idle' or 'continue'"
             )
-        check_consumer(mode, penv)  # a framework that assumes another mode would record wrong episodes
         self.penv = penv
+        check_consumer(mode, penv)  # a framework that assumes another mode would record wrong episodes
         self.num_envs = len(penv)
         self.single_observation_space = penv.single_observation_space
         self.single_action_space = penv.single_action_space
