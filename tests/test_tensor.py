@@ -401,7 +401,7 @@ def test_without_torch_asking_for_it_says_what_to_install(ask):
                       "import gymnasium as gym\nfrom parallelenv import ParallelEnv\n"
                       f"try:\n    {ask}\nexcept ImportError as exc:\n    print(exc)\n")
     assert done.returncode == 0, done.stderr
-    assert "pip install 'parallelenv[torch]'" in done.stdout
+    assert "parallelenv[torch]" in done.stdout and "pip install -e '.[torch]' -c constraints.txt" in done.stdout
 
 
 # ------------------------------------------------------------------ CUDA
