@@ -9,11 +9,13 @@ import sys
 from pathlib import Path
 
 import gymnasium as gym
+import psutil
 import pytest
 from envs import CountingEnv, counting
 
 import parallelenv
 from parallelenv import EnvError, ParallelEnv, ParallelEnvError
+from parallelenv.backends import backend_names
 from parallelenv.errors import SharedEnvError
 from parallelenv.extras import EXTRAS_WITH_TORCH
 
@@ -99,6 +101,23 @@ def test_one_env_given_twice_is_our_check_not_an_envs_error(make_penv, backend, 
         make_penv(envs)
     assert isinstance(caught.value, ValueError) and isinstance(caught.value, ParallelEnvError)
     assert not isinstance(caught.value, EnvError)  # no env raised it, and make() did not fail
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("para_mode", backend_names())
+@pytest.mark.parametrize("envs", [["CartPole-v1"] * 2, [counting(0), "CartPole-v1"], "CartPole-v1"],
+                         ids=["ids", "a factory and an id", "one id"])
+def test_a_string_given_as_an_env_names_parallelenv_make(para_mode, envs):
+    # Refused where the user gave it, before any worker, actor or cluster starts:
+    # not an env that raised in make(), as it read when found where envs are built.
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(TypeError, match="is the string 'CartPole-v1'.*: a string is not an env or a factory of one") \
+            as caught:
+        ParallelEnv(envs, para_mode=para_mode)
+    assert not isinstance(caught.value, EnvError)
+    num_envs = "N" if isinstance(envs, str) else "2"
+    assert f"ParallelEnv.make('CartPole-v1', num_envs={num_envs}, para_mode=...)" in str(caught.value)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
 
 
 def test_factories_of_one_env_built_in_the_caller_are_our_check_too(no_leaks):

@@ -40,10 +40,35 @@ def env_list(envs: Any) -> list[EnvSource]:
 
 
 def _source_list(envs: Any) -> list[EnvSource]:
-    if isinstance(envs, (gym.Env, str)) or not isinstance(envs, Sequence) or not envs:
+    refuse_env_ids(envs)
+    if isinstance(envs, gym.Env) or not isinstance(envs, Sequence) or not envs:
         raise TypeError(f"envs must be a non-empty list of gym.Env instances or factories of them, not "
                         f"{type(envs).__name__}")
     return list(envs)
+
+
+def refuse_env_ids(envs: Any) -> None:
+    """A TypeError if ``envs`` is a Gymnasium id, or a list holding one, naming ``ParallelEnv.make``.
+
+    Said where the user gave them, before any process starts: found where an
+    env is built, a string read as an env that raised in ``make()``.
+    """
+    if isinstance(envs, str):
+        where, env_id, num_envs = "envs", envs, "N"
+        envs_as = ", not a non-empty list of envs or factories"
+    elif isinstance(envs, Sequence) and not isinstance(envs, gym.Env):
+        found = next(((index, entry) for index, entry in enumerate(envs) if isinstance(entry, str)), None)
+        if found is None:
+            return
+        where, env_id, num_envs = f"envs[{found[0]}]", found[1], str(len(envs))
+        envs_as = ""
+    else:
+        return
+    raise TypeError(
+        f"{where} is the string {env_id!r}{envs_as}: a string is not an env or a factory of one. To build envs from a "
+        f"Gymnasium id, use ParallelEnv.make({env_id!r}, num_envs={num_envs}, para_mode=...); to pass envs, "
+        "give gym.Env instances or zero-argument factories (e.g. lambda: gym.make(...))"
+    )
 
 
 def pickle_sources(sources: Sequence[EnvSource]) -> list[bytes]:

@@ -23,6 +23,7 @@ torch = import_torch("the tensor backend")
 from parallelenv.arguments import DerivedSeeds  # noqa: E402  (after torch's ImportError says what to install)
 from parallelenv.backends.base import BackendConfig, RunsInCaller, unknown_options  # noqa: E402
 from parallelenv.backends.buffers import Buffers  # noqa: E402
+from parallelenv.backends.env_sources import refuse_env_ids  # noqa: E402
 from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, Done, Failure, GetAttr, ReplaceEnv, Reset, SetAttr, Step  # noqa: E402
 from parallelenv.tensor.env import Rows, TensorEnv  # noqa: E402
 
@@ -44,6 +45,7 @@ class TensorBackend(RunsInCaller):
 
     def __init__(self, env: Any, config: BackendConfig, **options: Any) -> None:
         unknown_options("tensor", options)
+        refuse_env_ids(env)
         if not isinstance(env, TensorEnv):
             raise TypeError(f"para_mode='tensor' runs one TensorEnv, not a {type(env).__name__} (a non-empty list "
                             "of gym envs goes to the other backends)")
