@@ -25,10 +25,11 @@ from parallelenv.batching import take
 from parallelenv.calls import Call, Failure, Reply, Reset, Step
 from parallelenv.errors import AlreadyPendingError, ClosedError, WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import Healing
+from parallelenv.infos.step_infos import PendingInfos, StepInfo
 from parallelenv.ledger import Ledger
 from parallelenv.policies import Policy
 from parallelenv.recycling import Recycler, Recycling
-from parallelenv.results import Outcome, Received, StoredInfo, add_ended, join_batched_infos
+from parallelenv.results import Outcome, Received, add_ended
 from parallelenv.resuming import Resumer
 
 __all__ = ["InFlight"]
@@ -62,14 +63,12 @@ class InFlight:
         # The policy's finished envs (they get None results), in the buffers' array kind.
         self.finished = self.arrays.bool_zeros(n)
         self._none_result = self.arrays.bool_zeros(n)  # READY with a None result, never stepped
-        self._infos: dict[int, dict[str, Any]] = {}  # non-empty infos of READY envs
-        self._batched_infos: list[StoredInfo] = []  # of READY envs, per reply
+        self._infos = PendingInfos(backend.buffers.info_columns, self.arrays)  # of READY envs
         self._call_values: dict[int, Any] = {}  # answers to the non-step call under way
         self._call_info: dict[str, Any] | None = None
         self._failures: list[Failure] = []
-        # What the replies said of the last step handed over: each env's own info, for the Gymnasium
-        # view, whose final_info keeps the values that merging into a vector info may have cast.
-        self.last_received: Received | None = None
+        # The infos of the last step handed over, each env's values as it gave them (ParallelEnv.last_step_info).
+        self.last_step_info: StepInfo | None = None
         self._sync_call: Call | None = None  # the non-step call that run() has under way
         self.broken: WorkerDiedError | None = None
         # Set from another thread by ParallelEnv.close(): the wait ends, and no death is survived.
@@ -121,8 +120,7 @@ class InFlight:
                 if not live.all():
                     finished = selection.ids[~live]
                     self.ledger.none_results(finished)
-                    if self._buffers.info_columns is not None:  # their rows hold the infos of a step handed over
-                        self._buffers.info_columns.forget(finished)
+                    self._infos.forget(finished)  # their info rows hold a step handed over before
                     self._none_result[finished] = True
                     actions = take(actions, live)
                     selection = selection.without(~live)
@@ -177,7 +175,9 @@ class InFlight:
         if self.policy.tracks_finished:
             self.finished[self.arrays.rows(reset)] = False
         outcome.results = (self.arrays.take(self._buffers.obs, reset, lend=False),)
-        outcome.received = Received(outcome.values, outcome.received.batched_info, None)  # a reset's answers are infos
+        assert outcome.received is not None  # run() sets it
+        # A reset's answers are its infos.
+        outcome.received = Received(StepInfo(outcome.values, outcome.received.info.batched), None)
         return outcome
 
     def run(self, call: Call, selection: Selection) -> Outcome:
@@ -197,7 +197,7 @@ class InFlight:
         self._call_values, self._call_info = {}, None
         failures = self._take_failures()
         answered = _without(selection, failures)
-        return Outcome(answered, failures, Received({}, info, None), values=values)
+        return Outcome(answered, failures, Received(StepInfo({}, info), None), values=values)
 
     # ------------------------------------------------------------- handing over
 
@@ -211,7 +211,8 @@ class InFlight:
             ready = ready.without(failed)
             if not len(ready):
                 return Outcome(ready, failures)
-        received = self.last_received = self._receive(ready)
+        received = self._receive(ready)
+        self.last_step_info = received.info
         results = self._buffers.handover.step_results(self.arrays, self._buffers, ready, self.policy.tracks_finished)
         return Outcome(ready, failures, received, results)
 
@@ -223,15 +224,8 @@ class InFlight:
             none_result = self._none_result[rows].copy() if self.arrays.reads_on_host \
                 else self._none_result[rows].clone()
             self._none_result[rows] = False
-        if selection.everyone:
-            infos, self._infos = self._infos, {}
-        else:
-            infos = {i: self._infos.pop(i) for i in selection.env_ids if i in self._infos} if self._infos else {}
         self.ledger.received(selection)
-        batched_info, kinds, own_values, self._batched_infos = join_batched_infos(self._batched_infos, selection,
-                                                                                  self.arrays)
-        batched_info, kinds = self._with_column_infos(batched_info, kinds, selection)
-        received = Received(infos, batched_info, none_result, info_kinds=kinds, own_values=own_values)
+        received = Received(self._infos.take(selection), none_result)
         add_ended(received, self._buffers.ended, self._buffers.ended_obs, selection)
         return received
 
@@ -265,11 +259,8 @@ class InFlight:
         else:
             sent_at, replies = self._send_and_collect_whole_step()
         if len(replies) == 1 and not replies[0].failures and replies[0].env_ids == everyone.env_ids:
-            reply = replies[0]
-            info, kinds = reply.info, reply.info_kinds
-            if buffers.info_columns is not None and buffers.info_columns.columns:
-                info, kinds = self._with_column_infos(info, kinds, everyone)
-            received = self.last_received = Received(reply.values, info, None, info_kinds=kinds)
+            received = Received(self._infos.take_whole_step(replies[0], everyone), None)
+            self.last_step_info = received.info
             add_ended(received, buffers.ended, buffers.ended_obs, everyone)
             if self.policy.tracks_finished:  # none was finished before this step; some may be now
                 self.policy.after_step(self.finished, everyone.rows, buffers.terminated | buffers.truncated)
@@ -304,16 +295,6 @@ class InFlight:
         """Enter a step of every env that :meth:`_step_at_once` sent at ``sent_at`` in the ledger."""
         self.ledger.number(self.everyone)
         self.ledger.dispatched(self.everyone, sent_at)
-
-    def _with_column_infos(self, batched_info: dict[str, Any] | None, kinds: dict[str, type] | None,
-                           selection: Selection) -> tuple[dict[str, Any] | None, dict[str, type] | None]:
-        """A vector info with the info columns' keys of the envs of ``selection`` (see info_columns) added."""
-        columns = self._buffers.info_columns
-        if columns is not None and columns.columns:
-            in_columns = columns.vector(self.arrays.rows(selection))
-            if in_columns:
-                return (in_columns if batched_info is None else {**batched_info, **in_columns}), columns.kinds
-        return batched_info, kinds
 
     # ------------------------------------------------------------- dispatching and waiting
 
@@ -431,6 +412,7 @@ class InFlight:
         if resumer is not None:
             if resumer.stands_in(reply):
                 reply = resumer.as_restarted_step(reply)
+                self._infos.forget(reply.env_ids)  # their info rows hold no step of the rebuilt envs
             if reply.failures and reply.call_type is Step:
                 reply = resumer.rebuild_failed(reply)
                 if not reply.env_ids:
@@ -444,10 +426,7 @@ class InFlight:
         if step:
             # Envs whose step raised are READY too: their results are dropped
             # when the failure is handed over with the others' results.
-            if reply.values:
-                self._infos.update(reply.values)
-            if reply.info is not None:
-                self._batched_infos.append((env_ids, reply.info, reply.info_kinds))
+            self._infos.add(reply)
             if self.policy.tracks_finished:
                 buffers = self._buffers
                 index = self.arrays.reply_rows(rows)

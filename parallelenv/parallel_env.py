@@ -33,6 +33,7 @@ from parallelenv.healing import (
     refuse_without_workers,
 )
 from parallelenv.inflight import InFlight
+from parallelenv.infos.step_infos import StepInfo
 from parallelenv.output import check_output, converter
 from parallelenv.policies import Policy, resolve_policy
 from parallelenv.recycling import Recycling
@@ -212,6 +213,13 @@ class ParallelEnv:
         """Whether a call's results on every env are buffers that the next call overwrites
         (the tensor backend's by default), rather than the caller's own."""
         return self._backend.buffers.lent
+
+    @property
+    def last_step_info(self) -> StepInfo | None:
+        """The infos of the last ``step`` or ``recv`` handed over, each env's values as it gave them
+        (:meth:`~parallelenv.infos.step_infos.StepInfo.env_info`), before a vector info cast any;
+        None before the first. What the Gymnasium view's ``final_info`` is built from."""
+        return self._calls.last_step_info
 
     @property
     def failures(self) -> list[SurvivedFailure]:

@@ -161,8 +161,6 @@ class Resumer:
         buffers.truncated[answered] = True
         if buffers.ended is not None:  # the row of the episode the failure ended holds no last obs
             buffers.ended[answered] = False
-        if buffers.info_columns is not None:  # nor do its info columns hold this answer's infos
-            buffers.info_columns.forget(answered)
         values = {}
         for env_id in env_ids:
             failure, key = self.standins.pop(env_id)

@@ -45,9 +45,10 @@ def test_a_key_with_no_mask_is_every_envs():
 @pytest.mark.parametrize(
     ("scalars", "count", "small", "flag"),
     [
-        (numpy_scalars_as_python, int, int, bool),
-        (every_scalar_as_python, int, int, bool),
-        (python_dtypes_as_python, int, np.int32, bool),  # Gymnasium's _add_info makes an int32 column of it again
+        # An np.bool_ is held in an object array, as Gymnasium's _add_info holds it: given back as it came.
+        (numpy_scalars_as_python, int, int, np.bool_),
+        (every_scalar_as_python, int, int, np.bool_),
+        (python_dtypes_as_python, int, np.int32, np.bool_),  # Gymnasium's _add_info makes an int32 column of it again
     ],
 )
 def test_each_caller_picks_how_numpy_scalars_come_out(scalars, count, small, flag):
@@ -56,10 +57,12 @@ def test_each_caller_picks_how_numpy_scalars_come_out(scalars, count, small, fla
     assert type(info["nested"]["depth"]) is float and isinstance(info["row"], np.ndarray)
 
 
-def test_a_0d_array_among_objects_is_a_scalar_for_align_batch_only():
-    vector = {"x": np.array([np.array(2.5), None], dtype=object), "_x": np.array([True, False])}
-    assert type(env_info(vector, 0, every_scalar_as_python)["x"]) is float
-    assert isinstance(env_info(vector, 0)["x"], np.ndarray)
+@pytest.mark.parametrize("scalars", [numpy_scalars_as_python, every_scalar_as_python, python_dtypes_as_python])
+def test_a_value_among_objects_comes_back_as_the_env_gave_it(scalars):
+    vector = {"x": np.array([np.array(2.5), np.bool_(True), None], dtype=object), "_x": np.array([True, True, False])}
+    zero_d = env_info(vector, 0, scalars)["x"]
+    assert isinstance(zero_d, np.ndarray) and zero_d.shape == () and zero_d == 2.5
+    assert type(env_info(vector, 1, scalars)["x"]) is np.bool_
 
 
 def test_torch_rows_stay_tensors_but_for_align_batch():

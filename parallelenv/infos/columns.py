@@ -55,11 +55,18 @@ class Column:
 
 
 def _column_type(value: Any) -> tuple[np.dtype, tuple[int, ...]] | None:
-    """The dtype and shape a value would have in a column; None if it cannot have one."""
+    """The dtype and shape a value would have in a column; None if it cannot have one.
+
+    A column gives back its values by their type alone, so it takes only those
+    that come back exactly so: Python's numbers, NumPy's numbers, and arrays of
+    at least one dimension. A 0-d array would come back as a NumPy scalar; an
+    ``np.bool_`` goes into an object array of the vector info, as in Gymnasium.
+    """
     kind = type(value)
     if kind in _PYTHON_NUMBERS:
         return _PYTHON_NUMBERS[kind], ()
-    if isinstance(value, np.generic | np.ndarray) and (value.dtype.kind in "biuf"):
+    if isinstance(value, np.number) or (isinstance(value, np.ndarray) and value.ndim
+                                        and value.dtype.kind in "biuf"):
         return value.dtype, value.shape
     return None
 

@@ -16,10 +16,14 @@ import numpy as np
 from parallelenv.arrays import to_numpy
 
 _SCALARS = (bool, int, float)
+_OBJECT = np.dtype(object)
 
 
 def _empty_like(value: Any, n: int) -> np.ndarray:
-    if type(value) in _SCALARS or isinstance(value, np.number | np.bool_):
+    """The array of ``n`` entries that Gymnasium's ``_add_info`` starts for a key whose first value is
+    ``value``: Python's and NumPy's numbers by their type, arrays by dtype and shape, anything else
+    (an ``np.bool_`` too, which is no ``np.number``) as objects."""
+    if type(value) in _SCALARS or isinstance(value, np.number):
         return np.zeros(n, dtype=type(value))
     if isinstance(value, np.ndarray):
         return np.zeros((n, *value.shape), dtype=value.dtype)
@@ -29,14 +33,17 @@ def _empty_like(value: Any, n: int) -> np.ndarray:
 def add_info(vector: dict[str, Any], info: dict[str, Any], position: int, n: int) -> dict[str, Any]:
     """Merge one env's ``info`` into ``vector`` at ``position``; returns ``vector``."""
     for key, value in info.items():
-        array: Any
-        if isinstance(value, dict):
-            array = add_info(vector.get(key, {}), value, position, n)
+        array: Any = vector.get(key)
+        if isinstance(value, dict) and (array is None or isinstance(array, dict)):
+            array = add_info({} if array is None else array, value, position, n)
         else:
-            array = vector[key] if key in vector else _empty_like(value, n)
+            if array is None:
+                array = _empty_like(value, n)
+            elif isinstance(array, dict):  # nested for the envs before, not for this one: each env's own value
+                array = _nested_as_objects(array, vector["_" + key], n)
             try:
                 array[position] = value
-            except (ValueError, TypeError):  # a value unlike the first one seen: keep objects
+            except (ValueError, TypeError, OverflowError):  # unlike the first value seen, or past its dtype: objects
                 array = array.astype(object) if array.ndim == 1 else _as_object(array)
                 array[position] = value
         mask = vector.get("_" + key)
@@ -45,6 +52,18 @@ def add_info(vector: dict[str, Any], info: dict[str, Any], position: int, n: int
         mask[position] = True
         vector[key], vector["_" + key] = array, mask
     return vector
+
+
+def _nested_as_objects(nested: dict[str, Any], mask: np.ndarray, n: int) -> np.ndarray:
+    """A nested vector info as an object array of the envs' own dicts (None where ``mask`` is unset)."""
+    rows = np.full(n, None, dtype=object)
+    for position in np.flatnonzero(mask).tolist():
+        rows[position] = env_info(nested, position, _as_it_is)
+    return rows
+
+
+def _as_it_is(item: Any) -> Any:
+    return item
 
 
 def _as_object(array: np.ndarray) -> np.ndarray:
@@ -128,6 +147,8 @@ def env_info(
             continue
         if isinstance(value, Mapping):
             info[key] = env_info(value, position, scalars)
+        elif getattr(value, "dtype", None) == _OBJECT:  # the env's own value, whatever it was
+            info[key] = value[position]
         else:
             info[key] = scalars(value[position])
     return info

@@ -58,7 +58,6 @@ from parallelenv.infos import (
 from parallelenv.integrations.consumers import check_consumer
 from parallelenv.parallel_env import ParallelEnv
 from parallelenv.policies import Policy
-from parallelenv.results import own_info
 
 # What a rebuilt env's info says of the failure that cut its episode; the rest is its new episode's reset info.
 CUT_KEYS = (WORKER_RESTARTED, ENV_RESTARTED, "failure")
@@ -273,11 +272,11 @@ class GymnasiumVectorEnv(VectorEnv):
         # Each env's own values, merged again as SyncVectorEnv merges them: the step's vector info cast
         # each value to the dtype of the first env that set its key (a 0.5 to an int 0), where the
         # ended envs' step infos, now in final_info, came first.
-        received = self.penv._calls.last_received  # the step just handed over, of every env in order
+        handed_over = self.penv.last_step_info  # the step just handed over, of every env in order
         for p in range(self.num_envs):
             entry = env_info(info, p, python_dtypes_as_python)
-            if received is not None:
-                own = own_info(received, p, p)
+            if handed_over is not None:
+                own = handed_over.env_step_info(p, p, python_dtypes_as_python)
                 entry = {key: own.get(key, value) for key, value in entry.items()}
             if ended is not None and ended[p]:
                 final_obs, reset_info = entry.pop("ended_state"), entry.pop("reset_info", {})
