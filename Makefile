@@ -139,11 +139,14 @@ gpu-wheels: | $(VENV)/bin/python
 
 gpu-check:
 	@test -d $(GPU_WHEELS) || { echo "no $(GPU_WHEELS): run make gpu-wheels where the network is, and carry it"; exit 1; }
-	$(GPU_PYTHON) -m venv --system-site-packages $(GPU_VENV)
+	@# Where the interpreter has no ensurepip, the venv gets no pip: the machine's own pip installs into it.
+	$(GPU_PYTHON) -m venv --system-site-packages $(GPU_VENV) \
+		|| $(GPU_PYTHON) -m venv --system-site-packages --without-pip $(GPU_VENV)
 	$(GPU_PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
 		> $$($(GPU_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/gpu-check-host.pth
-	$(GPU_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-index \
-		--find-links $(GPU_WHEELS) $(GPU_PACKAGES)
+	if [ -x $(GPU_VENV)/bin/pip ]; then pip="$(GPU_VENV)/bin/python -m pip"; \
+		else pip="$(GPU_PYTHON) -m pip --python $(GPU_VENV)/bin/python"; fi; \
+		$$pip install --quiet --disable-pip-version-check --no-index --find-links $(GPU_WHEELS) $(GPU_PACKAGES)
 	$(GPU_VENV)/bin/python -m benchmarks.gpu_check --out $(GPU_REPORT) $(GPU_CHECK_ARGS)
 
 clean:
