@@ -147,6 +147,7 @@ register("parallelenv-subproc-async", SUBPROCESS, ours=True, requires=("parallel
               "steps/s counts results received")(
     functools.partial(ParallelEnvAsyncRunner, mode="subproc", worker_per_env=True))
 
+
 # The many-worker workloads (sleep*): the subproc backend on each of its paths, N / k workers of k envs.
 def _a_core_per_worker(workers: int) -> int:
     return workers
@@ -166,8 +167,8 @@ register("parallelenv-subproc-perpipe", SUBPROCESS, ours=True, requires=("parall
          "each worker's answer read from its pipe")(
     functools.partial(ParallelEnvRunner, mode="subproc", cores=_fewer_cores_than_workers))
 register("parallelenv-subproc-healing", SUBPROCESS, ours=True, requires=("parallelenv",), per_worker=True,
-         workloads=frozenset(), note="as parallelenv-subproc-counted, with on_worker_failure='restart' "
-         "(the path every user of healing gets)")(
+         workloads=frozenset(), note="as parallelenv-subproc-counted, with healing on "
+         "(on_worker_failure='restart')")(
     functools.partial(ParallelEnvRunner, mode="subproc", cores=_a_core_per_worker, on_worker_failure="restart"))
 
 
