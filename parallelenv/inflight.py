@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from parallelenv.array_kinds import NumpyArrays, Selection, array_kind
-from parallelenv.backends.base import Backend, RunsInCaller
+from parallelenv.backends.base import AnswersWholeSteps, Backend, RestartsWorkers, RunsInCaller
 from parallelenv.batching import take
 from parallelenv.calls import Call, Failure, Reply, Reset, Step
 from parallelenv.errors import AlreadyPendingError, ClosedError, WorkerDiedError, WorkerTimeoutError
@@ -52,7 +52,8 @@ class InFlight:
         self._buffers = backend.buffers
         # A backend that runs each call in the caller's thread has nothing to wait for.
         self._answers_in_dispatch = isinstance(backend, RunsInCaller)
-        self._whole_step_in_one_reply = self._answers_in_dispatch or getattr(backend, "answers_whole_steps", False)
+        self._whole_step_in_one_reply = self._answers_in_dispatch or (
+            isinstance(backend, AnswersWholeSteps) and backend.answers_whole_steps)
         self.policy = policy
         self.call_timeout = call_timeout
         self.arrays: NumpyArrays = array_kind(backend.buffers, backend.single_action_space)
@@ -75,7 +76,10 @@ class InFlight:
         self.interrupted = False
         self._recycler = None
         if recycling is not None:
-            self._recycler = Recycler(recycling, backend.workers(), n)  # type: ignore[attr-defined]
+            if not isinstance(backend, RestartsWorkers):
+                raise TypeError(f"recycle= needs a backend that restarts workers; {type(backend).__name__} does not")
+            self._recycling_backend = backend
+            self._recycler = Recycler(recycling, backend.workers(), n)
             healing = healing or Healing("raise", "raise", 0, 1.0)
         active = healing is not None and (healing.active or self._recycler is not None)
         self._resumer = Resumer(healing, sources, backend, self.ledger, self.select) if active else None
@@ -156,7 +160,7 @@ class InFlight:
         if recycler is None:
             return outcome
         recycler.stepped(outcome.answered.rows)
-        workers = self.backend.workers()  # type: ignore[attr-defined]
+        workers = self._recycling_backend.workers()
         # Every worker due now and idle, replaced in one go: a limit of steps or seconds makes every
         # worker due at once, and Ray would otherwise start their actors one after another.
         idle = [(index, list(workers[index][0]), reason) for index, reason in recycler.due(workers)

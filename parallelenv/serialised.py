@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+from parallelenv.backends.base import Interruptible
 from parallelenv.errors import ClosedError
 
 # At exit, how long close() waits for a call another thread still has under way.
@@ -56,9 +57,8 @@ def close_ending_the_call_under_way(penv: Any, wait_s: float = CLOSE_INTERRUPT_W
     lock = penv._lock
     if not lock.acquire(blocking=False):
         penv._calls.interrupted = True  # another thread holds the lock: the ParallelEnv is built
-        interrupt = getattr(penv.backend, "interrupt", None)  # a backend of the caller's thread has none
-        if interrupt is not None:
-            interrupt()
+        if isinstance(penv.backend, Interruptible):  # a backend of the caller's thread is not
+            penv.backend.interrupt()
         if not lock.acquire(timeout=wait_s):
             return
     try:

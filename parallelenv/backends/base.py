@@ -81,19 +81,33 @@ class Backend(Protocol):
         """Every live process this backend started ([] when it runs the envs in the caller)."""
         ...
 
-    # Optional: ``interrupt()``, called from another thread while a call waits on
-    # this backend (ParallelEnv.close() from a watchdog), stops whatever hosts
-    # the envs at once, so that the waiting collect ends with their deaths; it
-    # must touch nothing that the waiting thread reads. Backends that run the
-    # envs in the caller's thread have nothing to stop and leave it out.
-    #
-    # Optional: ``answers_whole_steps``, True where an awaited step of every env
-    # (``Step.awaited``) with nothing else under way comes back as one Done for
-    # all the envs unless some env has something to say; the tracker then waits
-    # for that one reply itself and skips its per-call bookkeeping. False or
-    # absent: the general path, whatever the replies.
-
     def close(self) -> None: ...
+
+
+# Capabilities a backend may add to :class:`Backend`; the tracker asks for each with isinstance.
+
+
+@runtime_checkable
+class Interruptible(Protocol):
+    """A backend whose hosts another thread can stop while a call waits on them (ParallelEnv.close() from a
+    watchdog). Backends that run the envs in the caller's thread have nothing to stop and are not."""
+
+    def interrupt(self) -> None:
+        """Stop whatever hosts the envs at once, so that the waiting collect ends with their deaths;
+        touch nothing that the waiting thread reads."""
+        ...
+
+
+@runtime_checkable
+class AnswersWholeSteps(Protocol):
+    """A backend that may answer an awaited step of every env (``Step.awaited``), with nothing else under
+    way, in one Done for all the envs unless some env has something to say: the tracker then waits for
+    that one reply itself and skips its per-call bookkeeping (``InFlight``'s whole-step path)."""
+
+    @property
+    def answers_whole_steps(self) -> bool:
+        """Whether it does so now (False: the general path, whatever the replies)."""
+        ...
 
 
 @runtime_checkable
