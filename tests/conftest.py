@@ -23,6 +23,7 @@ from toy_backend import ToyBackend
 
 from parallelenv import ParallelEnv, register_backend
 from parallelenv.backends import Backend, backend_names
+from parallelenv.backends.base import available_cpus
 
 # soak/ lives beside tests/: put the checkout on the path for the scripts the tests start, which import
 # this module through the test modules with only tests/ on theirs.
@@ -93,6 +94,43 @@ def assert_nothing_left(before: set[int]) -> None:
     gone, alive = psutil.wait_procs(leaked, timeout=5)
     assert not alive, f"child processes outlived close(): {[(p.pid, p.name()) for p in alive]}"
     assert not our_segments(), f"shared memory left behind: {our_segments()}"
+
+
+# How much longer than on a quiet machine a deadline may wait: the load per core when a test starts,
+# from 1 (quiet) up to this cap; PARALLELENV_TEST_SLOWNESS sets it outright.
+MAX_SLOWNESS = 6.0
+
+
+def slowness() -> float:
+    """How many times slower than on a quiet machine work runs now: the 1-minute load per usable core.
+
+    A deadline in a test bounds a hang, not the machine's speed: at a load of
+    14 on 2 cores a test that takes 60 s when quiet took 3.5 times as long.
+    """
+    chosen = os.environ.get("PARALLELENV_TEST_SLOWNESS")
+    if chosen:
+        return float(chosen)
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average to read
+        return 1.0
+    return min(MAX_SLOWNESS, max(1.0, load / available_cpus()))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Each test's timeout (its mark's, or setup.cfg's) times :func:`slowness`, read as the test starts;
+    before pytest-timeout, a wrapper too, reads it."""
+    factor = slowness()
+    marker = item.get_closest_marker("timeout")
+    if marker is None:
+        args, kwargs = (item.config.getoption("timeout") or item.config.getini("timeout"),), {}
+    else:
+        args, kwargs = marker.args, dict(marker.kwargs)
+    seconds = args[0] if args else kwargs.pop("timeout", None)
+    if factor > 1.0 and seconds:  # None or 0: no timeout to scale
+        item.add_marker(pytest.mark.timeout(float(seconds) * factor, *args[1:], **kwargs), append=False)
+    yield
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
