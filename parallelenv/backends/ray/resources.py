@@ -148,7 +148,8 @@ def not_started(ray: Any, ask: Ask, env_ids: Sequence[int], started: int, timeou
     known = {name: cluster.get(name, 0.0) for name in asked}
     free_now = {name: free.get(name, 0.0) for name in asked}
     held = " (the actors that started hold theirs)" if started else ""
-    reason = (f"{started} of {ask.actors} Ray actors started, and none in the last {timeout:g} s (start_timeout). "
+    within = "the time they were given" if timeout is None else f"the last {timeout:g} s (start_timeout)"
+    reason = (f"{started} of {ask.actors} Ray actors started, and none in {within}. "
               f"{ask.describe()}; the Ray cluster has {_amounts(known)}, {_amounts(free_now)} free now{held}. "
               "Other actors or tasks hold what they wait for, or their envs take longer than that to build "
               "(raise start_timeout)")
