@@ -1,4 +1,5 @@
-"""One Ray cluster per process: started once, reused, shut down at exit or on request, and only if it is ours.
+"""One Ray cluster per process: started once, reused, shut down at exit or on request, and only if it is ours;
+what the actors ask is checked against it before they are created.
 
 The test session has its own cluster running, so the start-up tests run this
 module as a script (``python test_ray_cluster.py ours|users``), in a fresh
@@ -76,6 +77,7 @@ def test_a_cluster_we_did_not_start_is_left_running(ray_session):
 
 
 # ---------------------------------------------------------------- what the actors ask, beside what the cluster has
+# (docs/design.rst, "Resources"): refused at once when it can never be met, "did not start" after a wait.
 
 
 def test_an_ask_counts_each_actors_share_and_the_room_each_node_has():
