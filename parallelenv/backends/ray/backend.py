@@ -357,8 +357,8 @@ class RayBackend:
             ray_cluster.release(self)
             return
         ray = self._ray
-        # Started ones (those that told their node) only: a call to one still waiting to start
-        # would queue behind its start, and the close would wait out its grace for nothing.
+        # Started ones only: a call to one still waiting for resources would queue behind its
+        # start, and the close would wait out its grace for nothing.
         live = [actor for actor in self._actors if actor.death is None and actor.started]
         # A graceful close first, so that actors stop their own worker processes.
         closing = [actor.handle.close.remote() for actor in live]
