@@ -13,7 +13,7 @@ import pytest
 from conftest import HAS_RAY, assert_gone, host_of
 from envs import counting
 
-from parallelenv import ParallelEnv, WorkerDiedError
+from parallelenv import ParallelEnv, WorkerDiedError, WorkerStartError
 
 pytestmark = pytest.mark.skipif(not HAS_RAY, reason="Ray is not installed")
 TESTS_DIR = Path(__file__).resolve().parent
@@ -70,3 +70,26 @@ def test_losing_a_node_names_exactly_its_envs(mode):
     assert seen["expected"] and seen["raised"] == seen["expected"], seen
     assert seen["seconds"] < 60, seen
     assert seen["closed"], seen
+
+
+class Runner:
+    """A framework's actor (an RLlib env runner, say) that holds every CPU of the cluster and builds
+    a Ray ParallelEnv inside it."""
+
+    def build(self, mode: str) -> None:
+        ParallelEnv([counting(i) for i in range(2)], para_mode=mode, start_timeout=2)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", RAY_MODES)
+def test_a_parallel_env_inside_an_actor_holding_the_cpus_says_it_did_not_start(ray_session, mode):
+    runner = ray_session.remote(num_cpus=ray_session.cluster_resources()["CPU"])(Runner).remote()
+    try:
+        with pytest.raises(WorkerStartError) as caught:  # raised in the actor, unpickled here whole
+            ray_session.get(runner.build.remote(mode), timeout=90)
+    finally:
+        ray_session.kill(runner)
+    error = caught.value
+    assert isinstance(error, WorkerDiedError) and error.env_indices == [0, 1]
+    assert error.asked == {"CPU": 2.0} and error.free == {"CPU": 0.0}
+    assert "did not start" in str(error) and "none in the last 2 s (start_timeout)" in str(error)
