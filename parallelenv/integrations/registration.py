@@ -31,6 +31,13 @@ from parallelenv.integrations.consumers import check_consumer
 VECTOR_ENV_ID = "parallelenv/ParallelEnv-v0"
 ENTRY_POINT = "parallelenv.integrations.registration:make_vector_env"
 
+# ``asynchronous`` not given: the policy serving the autoreset mode (asynchronous=None is a policy too).
+class _ServingTheMode:
+    def __repr__(self) -> str:
+        return "<the policy serving autoreset_mode>"
+
+
+_SERVING_THE_MODE: Any = _ServingTheMode()
 # The asynchronous policy that serves each autoreset mode where the caller names none.
 POLICY_FOR_MODE = {
     AutoresetMode.NEXT_STEP: "idle",
@@ -45,7 +52,7 @@ def make_vector_env(
     env_id: str | None = None,
     para_mode: str = "dummy",
     autoreset_mode: AutoresetMode | str | None = None,
-    asynchronous: str | None = None,
+    asynchronous: Any = _SERVING_THE_MODE,
     backend_options: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> VectorEnv:
@@ -90,9 +97,9 @@ def make_vector_env(
         )
     if autoreset_mode is not None:
         autoreset_mode = AutoresetMode(autoreset_mode)
-    elif asynchronous is None:
+    elif asynchronous is _SERVING_THE_MODE:
         autoreset_mode = AutoresetMode.NEXT_STEP
-    if asynchronous is None:
+    if asynchronous is _SERVING_THE_MODE:
         asynchronous = POLICY_FOR_MODE[autoreset_mode]
     if autoreset_mode is not None:
         check_consumer(autoreset_mode)  # before any worker starts
