@@ -46,12 +46,42 @@ while True:
 """
 
 
+# A pool of worker processes whose policy has a state dict shares its weights in one block of shared memory.
+COLLECTING = """
+import torch
+from envs import counting
+from parallelenv import RolloutPool
+
+class Chooser(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 5)
+
+    def forward(self, obs):
+        return self.layer(torch.as_tensor(obs, dtype=torch.float32)).argmax(-1).numpy()
+
+policy = Chooser()
+with RolloutPool([counting(tag, 10**9) for tag in range(4)], policy, num_workers=2, seed=0) as pool:
+    pool.obtain_samples(0, 8, agent_update=policy.state_dict())
+    print("STEPPING", flush=True)
+    for itr in range(1, 10**9):
+        pool.obtain_samples(itr, 8, agent_update=policy.state_dict())
+"""
+JOBS = {
+    "subproc": STEPPING.format(options=""),
+    # A replacement worker must find the shared buffers after their name is gone.
+    "subproc, restarting": STEPPING.format(options="on_worker_failure='restart'"),
+    "pool": COLLECTING,
+}
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("options", ["", "on_worker_failure='restart'"], ids=["default", "restarting"])
-def test_a_process_group_killed_while_stepping_leaves_dev_shm_as_it_was(tmp_path, options):
-    # With restarts on, a replacement worker must find the shared buffers after their name is gone.
+@pytest.mark.parametrize("job", list(JOBS))
+def test_a_process_group_killed_while_stepping_leaves_dev_shm_as_it_was(tmp_path, job):
+    if job == "pool":
+        pytest.importorskip("torch")
     script = tmp_path / "stepping.py"
-    script.write_text(STEPPING.format(options=options))
+    script.write_text(JOBS[job])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))}
     before = set(os.listdir(SHM))
     job = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,

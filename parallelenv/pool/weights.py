@@ -16,10 +16,8 @@ only retries when a write overlapped its copy.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -28,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from parallelenv.backends import pickling
-from parallelenv.backends.subproc.shm import NAME_PREFIX
+from parallelenv.backends.subproc.shm import MemfdSegment, dev_shm_segment, open_segment
 
 ALIGN = 64
 HEADER = 3  # int64s: writes begun, writes done, version of the weights in the block
@@ -129,7 +127,7 @@ def _array(value: Any) -> np.ndarray:
 class SharedWeights:
     """A state dict in shared memory: the caller writes each version once, every worker process reads it."""
 
-    def __init__(self, segment: shared_memory.SharedMemory, layout: Layout, owner: bool) -> None:
+    def __init__(self, segment: shared_memory.SharedMemory | MemfdSegment, layout: Layout, owner: bool) -> None:
         self._segment = segment
         self.layout = layout
         self._owner = owner
@@ -144,8 +142,8 @@ class SharedWeights:
         for name, array in arrays.items():
             layout.append((name, array.dtype.str, tuple(array.shape), offset))
             offset += -(-array.nbytes // ALIGN) * ALIGN
-        name = f"{NAME_PREFIX}{os.getpid()}_pool_{uuid.uuid4().hex[:12]}"
-        segment = shared_memory.SharedMemory(name=name, create=True, size=max(offset, ALIGN))
+        # Without a name where it can (see backends.subproc.shm): a job killed whole leaves nothing in /dev/shm.
+        segment = dev_shm_segment(max(offset, ALIGN), kind="pool_")
         shared = cls(segment, tuple(layout), owner=True)
         shared._header[:] = 0
         return shared
@@ -158,7 +156,7 @@ class SharedWeights:
     @classmethod
     def attach(cls, handle: tuple[str, Layout]) -> SharedWeights:
         name, layout = handle
-        return cls(shared_memory.SharedMemory(name=name), layout, owner=False)
+        return cls(open_segment(name), layout, owner=False)
 
     @property
     def version(self) -> int:

@@ -94,9 +94,10 @@ def _allocate(fd: int, size: int) -> None:
             raise
 
 
-def _named_segment(size: int) -> shared_memory.SharedMemory | MemfdSegment:
-    """A segment in /dev/shm; on Linux already without its name, opened as ``/proc/<pid>/fd/<fd>``."""
-    name = f"{NAME_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}"
+def dev_shm_segment(size: int, kind: str = "") -> shared_memory.SharedMemory | MemfdSegment:
+    """A segment in /dev/shm; on Linux already without its name, opened as ``/proc/<pid>/fd/<fd>``
+    (:func:`open_segment` opens either)."""
+    name = f"{NAME_PREFIX}{os.getpid()}_{kind}{uuid.uuid4().hex[:12]}"
     segment = shared_memory.SharedMemory(name=name, create=True, size=size)
     if not os.path.isdir(f"/proc/{os.getpid()}/fd"):
         try:
@@ -175,7 +176,7 @@ def _segment(size: int, num_envs: int) -> shared_memory.SharedMemory | MemfdSegm
     free = _free_shm_bytes()
     if free is None or size + SHM_HEADROOM <= free:
         try:
-            return _named_segment(size)
+            return dev_shm_segment(size)
         except OSError as error:
             why_not_shm = f"{SHM_DIR} could not hold it ({error})"
     else:
@@ -192,6 +193,16 @@ def _segment(size: int, num_envs: int) -> shared_memory.SharedMemory | MemfdSegm
         ) from error
     _log.info("the shared buffers (%d MiB) are in a memfd: %s", _mib(size), why_not_shm)
     return segment
+
+
+def open_segment(name: str) -> shared_memory.SharedMemory | MemfdSegment:
+    """A segment another process made, by the ``name`` it gave: a path under /proc, or a name in /dev/shm."""
+    if name.startswith("/"):  # a memfd's or an unnamed file's path; a named segment's name has no slash
+        return MemfdSegment.open(name)
+    if sys.version_info >= (3, 13):
+        # The creator owns the segment; a worker's tracker must not unlink it.
+        return shared_memory.SharedMemory(name=name, track=False)
+    return shared_memory.SharedMemory(name=name)
 
 
 def _mib(nbytes: int) -> int:
@@ -225,13 +236,7 @@ class SharedBuffers:
         cls, name: str, obs_space: spaces.Space, action_space: spaces.Space, num_envs: int, restarts: bool,
         spare_obs_slots: int = 0,
     ) -> SharedBuffers:
-        if name.startswith("/"):  # a memfd's path; a named segment's name has no slash
-            segment = MemfdSegment.open(name)
-        elif sys.version_info >= (3, 13):
-            # The creator owns the segment; a worker's tracker must not unlink it.
-            segment = shared_memory.SharedMemory(name=name, track=False)
-        else:
-            segment = shared_memory.SharedMemory(name=name)
+        segment = open_segment(name)
         buffers, _ = _layout(obs_space, action_space, num_envs, restarts, spare_obs_slots, segment.buf)
         return cls(segment, buffers, owner=False)
 
