@@ -302,6 +302,22 @@ def test_a_pool_the_ray_cluster_can_never_hold_is_refused_at_once(ray_session, n
 
 
 @needs_ray
+@pytest.mark.timeout(120)
+def test_a_pool_waiting_for_busy_cpus_says_so_and_does_not_start(ray_session, no_leaks, caplog):
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    group = placement_group([{"CPU": 2}])  # every CPU of the session's cluster, as another job's actors hold them
+    ray_session.get(group.ready(), timeout=30)
+    try:
+        with pytest.raises(PoolWorkerError, match="did not start within start_timeout=2 s"):
+            RolloutPool(envs_of(4), make_policy(), num_workers=2, backend="ray", start_timeout=2)
+    finally:
+        remove_placement_group(group)
+    said = [record.getMessage() for record in caplog.records if "waiting" in record.getMessage()]
+    assert len(said) == 1 and "waiting up to the pool's start_timeout for other actors or tasks to free 1 CPU" in said[0]
+
+
+@needs_ray
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_a_lost_node_s_workers_come_back_on_the_live_node():
