@@ -236,7 +236,7 @@ def test_close_from_another_thread_ends_a_call_that_would_wait_forever(make_penv
 def test_closed_subproc_penv_leaves_no_process_or_shared_memory(make_penv, env):
     before = segments()
     penv = make_penv([env for _ in range(3)])
-    # The segment's name is unlinked once every worker has mapped it: nothing in /dev/shm to leak.
+    # The segment has no name in /dev/shm from its creation on (Linux; elsewhere once every worker has mapped it).
     assert segments() == before
     processes = worker_processes(penv)
     assert len(processes) == 2 and all(alive(p) for p in processes)
