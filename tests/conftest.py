@@ -83,7 +83,7 @@ def assert_gone(pids: list[int]) -> None:
             processes.append(psutil.Process(pid))
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(processes, timeout=15)
+    _, alive = psutil.wait_procs(processes, timeout=15 * slowness())
     alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"actor or worker processes outlived close(): {[p.pid for p in alive]}"
 
@@ -91,7 +91,7 @@ def assert_gone(pids: list[int]) -> None:
 def assert_nothing_left(before: set[int]) -> None:
     leaked = [p for p in live_children() if p.pid not in before]
     # close() joins its workers; a process may still be in the middle of exiting.
-    gone, alive = psutil.wait_procs(leaked, timeout=5)
+    gone, alive = psutil.wait_procs(leaked, timeout=5 * slowness())
     assert not alive, f"child processes outlived close(): {[(p.pid, p.name()) for p in alive]}"
     assert not our_segments(), f"shared memory left behind: {our_segments()}"
 
