@@ -328,7 +328,9 @@ def _write_outputs(out: Path, stem: str, measurements: list[dict[str, Any]],
         report.plot(out / f"{stem}.png", rows, title)
         written = ".md, .json, .png"
     except ImportError:  # matplotlib comes with the bench extra; the numbers stand without it
-        written = ".md, .json (no chart: pip install matplotlib)"
+        from parallelenv.extras import install_command
+
+        written = f".md, .json (no chart: matplotlib is missing; {install_command('bench')})"
     print(f"wrote {out / stem}{written} ({meta['settings']['wall_s']} s)", file=sys.stderr)
 
 

@@ -47,7 +47,9 @@ def unavailable(pair: Pair) -> str | None:
     modules = WORKLOADS[pair.workload].requires + WRAPPERS[pair.wrapper].requires
     missing = [module for module in modules if importlib.util.find_spec(module) is None]
     if missing:
-        return f"{', '.join(missing)} not installed (pip install -e .[bench])"
+        from parallelenv.extras import install_command
+
+        return f"{', '.join(missing)} not installed ({install_command('bench')})"
     return None
 
 

@@ -8,6 +8,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from parallelenv.extras import install_command
 from soak.cluster import local_ray
 from soak.profiles import PROFILES
 from soak.report import block
@@ -29,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     backends = list(args.backends)
     if any(PROFILES[name].needs_ray for name in backends) and importlib.util.find_spec("ray") is None:
-        print("ray is not installed: the ray and ray-subproc soaks are skipped (pip install -e '.[ray]')")
+        print(f"ray is not installed: the ray and ray-subproc soaks are skipped ({install_command('ray')})")
         backends = [name for name in backends if not PROFILES[name].needs_ray]
     failed = []
     with local_ray(any(PROFILES[name].needs_ray for name in backends)):
