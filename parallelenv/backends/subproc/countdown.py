@@ -14,8 +14,11 @@ pipe the parent sleeps on.
 The count is a pipe of tokens, one per worker: a read of one byte from a pipe
 takes it whole, so each worker takes its own, and the worker that takes the
 last one (a zero byte) knows it is the last. It wakes the parent, then lays out
-the next step's tokens: the others cannot ask for them before the parent, once
-woken, has sent that step, and should one ask early, its read waits for them.
+the next step's tokens, off the path of this step's answer: no worker needs
+them before the parent, once woken, has sent the next step, and one that asks
+before they are there waits in its read. (Should the last worker die in
+between, the parent sees the death; steps are not counted where workers are
+restarted.)
 A pipe, unlike a shared counter under a lock, has no name: the lock of
 ``multiprocessing.Value`` is a named POSIX semaphore, which stayed in
 ``/dev/shm`` when the whole process group was killed (its resource tracker dies
