@@ -137,12 +137,12 @@ class RayBackend:
         """Wait for ``actors`` to build their envs; each env's spaces, in env order."""
         ray = self._ray
         starts = {actor.handle.start.remote(): actor for actor in actors}
-        not_ready = wait_started(ray, list(starts), timeout, waiting)
+        ask = Ask.of(self._options, len(actors))
+        not_ready = wait_started(ray, list(starts), timeout, waiting, ask.per_actor)
         for ref, actor in starts.items():
             actor.started = ref not in not_ready
         if not_ready:
             stuck = [i for ref in not_ready for i in starts[ref].env_ids]
-            ask = Ask.of(self._options, len(actors))
             raise not_started(ray, ask, stuck, len(starts) - len(not_ready), timeout)
         per_env = []
         for ref, actor in starts.items():  # in env order: a mismatch names the env that differs

@@ -18,11 +18,13 @@ just to talk to actors that are already gone.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import sys
 import threading
 import weakref
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -91,18 +93,41 @@ def _connect(ray: ModuleType) -> None:
         os.environ.setdefault(name, value)
     # Workers get the driver's import path, so that env classes from the
     # caller's own modules (scripts, tests) unpickle there.
-    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
+    import_path = os.pathsep.join(p for p in sys.path if p)
     system_config = {}
     if "RAY_worker_maximum_startup_concurrency" not in os.environ:  # the caller's own choice stands
         system_config["worker_maximum_startup_concurrency"] = max(ACTOR_STARTS_AT_ONCE, os.cpu_count() or 1)
     try:
-        ray.init(include_dashboard=False, runtime_env=runtime_env, _system_config=system_config, **quiet)
+        with _environ("PYTHONPATH", import_path):
+            ray.init(include_dashboard=False, _system_config=system_config, **quiet)
     except ValueError as error:
         # A cluster already runs on this machine (`ray start`): ray.init joins it, with its own settings.
         if "existing cluster" not in str(error):
             raise
-        ray.init(include_dashboard=False, runtime_env=runtime_env, **quiet)
+        ray.init(include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": import_path}}, **quiet)
     _state["started_node"] = ray.get_runtime_context().get_node_id()
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name]`` is ``value`` inside, as it was after.
+
+    The processes of a cluster that ray.init starts inherit the driver's
+    environment, and its workers the raylet's: an import path given so reaches
+    every worker at no cost, where one given as a job's ``runtime_env`` makes
+    the raylet set up that environment for each worker it starts, which
+    doubles the time 16 actors take to start (11-12 s against 18-26 s on two
+    busy cores).
+    """
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
 
 
 def connected() -> bool:

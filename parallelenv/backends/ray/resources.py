@@ -30,7 +30,9 @@ DEFAULT_ACTOR_CPUS = 1.0
 RESOURCE_OPTIONS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 WAIT_POLL_S = 1.0  # how often a start looks at the clock and the count of started actors
 PROGRESS_EVERY_S = 5.0  # a slow start prints a line at most this often
-SAID_WAITING_AFTER_S = 1.0  # a start that is short of resources says so if it still waits after this
+# A start that was short of resources says so if it still waits after this (or half its start_timeout):
+# the actors of a ParallelEnv closed just before free theirs a moment after the close returns.
+SAID_WAITING_AFTER_S = 5.0
 
 _log = logging.getLogger("parallelenv.ray")
 
@@ -103,16 +105,19 @@ def check(ray: Any, ask: Ask, env_ids: Sequence[int], timeout: float | None, lim
             f"now: waiting {limit} for other actors or tasks to free {_amounts(short)}")
 
 
-def wait_started(ray: Any, refs: Sequence[Any], timeout: float | None, waiting: str | None) -> list[Any]:
+def wait_started(ray: Any, refs: Sequence[Any], timeout: float | None, waiting: str | None,
+                 each: dict[str, float]) -> list[Any]:
     """Wait until every start in ``refs`` is in, or until none has come in for ``timeout`` seconds;
     returns the refs still not in.
 
-    ``waiting`` (from :func:`check`) is said once if the start is still short after a moment; a
-    start slower than :data:`PROGRESS_EVERY_S` prints how many actors have started.
+    ``waiting`` (from :func:`check`) is said once if, after a moment, the cluster still has less
+    free than one actor asks (``each``); a start slower than :data:`PROGRESS_EVERY_S` prints how
+    many actors have started.
     """
     pending = list(refs)
     begun = last_start = time.monotonic()
     said_waiting = waiting is None
+    grace = SAID_WAITING_AFTER_S if timeout is None else min(SAID_WAITING_AFTER_S, timeout / 2)
     next_line, last_count = begun + PROGRESS_EVERY_S, -1
     while pending:
         now = time.monotonic()
@@ -125,7 +130,7 @@ def wait_started(ray: Any, refs: Sequence[Any], timeout: float | None, waiting: 
             last_start = now
         if not pending:
             break
-        if not said_waiting and now - begun >= SAID_WAITING_AFTER_S:
+        if not said_waiting and now - begun >= grace and _short(ray.available_resources(), each):
             say_waiting(waiting)
             said_waiting = True
         started = len(refs) - len(pending)
@@ -154,6 +159,10 @@ def not_started(ray: Any, ask: Ask, env_ids: Sequence[int], started: int, timeou
               "Other actors or tasks hold what they wait for, or their envs take longer than that to build "
               "(raise start_timeout)")
     return WorkerStartError(env_ids, reason, asked, known, free_now)
+
+
+def _short(free: dict[str, float], each: dict[str, float]) -> bool:
+    return any(amount > free.get(name, 0.0) + SLACK for name, amount in each.items())
 
 
 def _largest(nodes: list[dict[str, float]], ask: Ask) -> dict[str, float]:
