@@ -975,9 +975,10 @@ def test_silencing_env_warnings_leaves_the_callers_filters_as_they_were(no_leaks
 
 def test_public_error_classes_form_one_hierarchy():
     # ClosedError and the other misuse errors: test_misuse_errors_are_also_gymnasiums_own
-    for name in ("EnvError", "WorkerDiedError", "WorkerTimeoutError"):
+    for name in ("EnvError", "WorkerDiedError", "WorkerTimeoutError", "WorkerStartError"):
         assert issubclass(getattr(parallelenv, name), ParallelEnvError)
     assert issubclass(WorkerTimeoutError, WorkerDiedError)
+    assert issubclass(parallelenv.WorkerStartError, WorkerDiedError)  # handlers of a death catch a failed start
 
 
 # ---------------------------------------------------------------- one env given as several
