@@ -2,7 +2,7 @@
 
 The mechanics live where the state is: backends replace dead workers
 (``Backend.restart``), env hosts rebuild a failed env (the ``Rebuild``
-call), and :class:`~parallelenv.inflight.InFlight` turns what was rebuilt
+call), and :class:`~parallelenv.tracking.inflight.InFlight` turns what was rebuilt
 into the results the caller sees. This module holds the user's choices and
 the bookkeeping they need.
 """

@@ -1,7 +1,7 @@
 """ParallelEnv: validate the user's call, route it to a backend, assemble the results.
 
 No IPC happens here: the backend runs the calls, and
-:class:`~parallelenv.inflight.InFlight` keeps where each env's call stands.
+:class:`~parallelenv.tracking.inflight.InFlight` keeps where each env's call stands.
 ``step`` is ``send`` followed by ``recv`` of the same envs.
 """
 
@@ -32,13 +32,13 @@ from parallelenv.healing import (
     SurvivedFailure,
     refuse_without_workers,
 )
-from parallelenv.inflight import InFlight
 from parallelenv.infos.step_infos import StepInfo
 from parallelenv.output import check_output, converter
 from parallelenv.policies import Policy, resolve_policy
 from parallelenv.recycling import Recycling
-from parallelenv.results import Outcome, shaped
 from parallelenv.serialised import close_ending_the_call_under_way, close_unless_held, one_caller_at_a_time
+from parallelenv.tracking.inflight import InFlight
+from parallelenv.tracking.results import Outcome, shaped
 
 DEFAULT_CALL_TIMEOUT_S = 600.0
 

@@ -19,8 +19,14 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from parallelenv.backends.base import RestartsWorkers
+    from parallelenv.tracking.ledger import Ledger
+    from parallelenv.tracking.resuming import Resumer
 
 WORKER_RECYCLED = "worker recycled"  # the kind of its entry in penv.failures
 
@@ -52,9 +58,12 @@ class Recycling:
 
 
 class Recycler:
-    """Which workers are due, from their envs' steps, their age and their memory."""
+    """Which workers are due, from their envs' steps, their age and their memory; replaced, once idle,
+    by the tracker's resumer, as healing replaces a dead one."""
 
-    def __init__(self, rule: Recycling, workers: Sequence[tuple[tuple[int, ...], int | None]], num_envs: int) -> None:
+    def __init__(self, rule: Recycling, backend: RestartsWorkers, num_envs: int) -> None:
+        self._backend = backend
+        workers = backend.workers()
         if rule.memory_mb is not None and any(pid is None for _, pid in workers):
             raise ValueError("Recycling(memory_mb=...) reads the memory of worker processes on this machine: "
                              "use para_mode='subproc' (steps= and seconds= work on every backend with workers)")
@@ -63,6 +72,20 @@ class Recycler:
         self._steps = np.zeros(num_envs, dtype=np.int64)
         now = time.monotonic()
         self._started = [now] * len(self._groups)
+
+    def after_hand_over(self, rows: slice | np.ndarray, ledger: Ledger, resumer: Resumer) -> None:
+        """The envs of ``rows`` took a step; replace every worker due now that has no call under way
+        (the others at a later step), in one go: a limit of steps or seconds makes every worker due at
+        once, and Ray would otherwise start their actors one after another. Their envs answer their next
+        step as rebuilt envs do."""
+        self.stepped(rows)
+        workers = self._backend.workers()
+        idle = [(index, list(workers[index][0]), reason) for index, reason in self.due(workers)
+                if ledger.busy(np.array(workers[index][0])).size == 0]
+        if idle:
+            resumer.recycle([(env_ids, reason) for _, env_ids, reason in idle])
+            for index, _, _ in idle:
+                self.renewed(index)
 
     def stepped(self, rows: slice | np.ndarray) -> None:
         """The envs of ``rows`` took a step."""

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from parallelenv.array_kinds import Selection
-from parallelenv.ledger import IDLE, PENDING, READY, Ledger
+from parallelenv.tracking.ledger import IDLE, PENDING, READY, Ledger
 
 NUM_ENVS = 5
 CALL_TIMEOUT = 10.0

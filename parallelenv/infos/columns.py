@@ -18,7 +18,7 @@ next call (``wire.INFO_COLUMNS``), a worker started later with its attach.
 Anything else (a key seen later, a value of another type than its column's,
 a string, a nested dict) travels in the reply as before, and the parent
 builds the vector info from both exactly as from the replies alone
-(:func:`parallelenv.results.merged_info`): a value keeps its type, since a
+(:func:`parallelenv.tracking.results.merged_info`): a value keeps its type, since a
 column matches only values of its one type.
 """
 

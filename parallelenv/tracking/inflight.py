@@ -2,11 +2,11 @@
 
 :class:`InFlight` is what the front object calls: ``step``, ``send``,
 ``recv``, ``reset`` and ``run`` each return one
-:class:`~parallelenv.results.Outcome` (which envs answered, their results,
+:class:`~parallelenv.tracking.results.Outcome` (which envs answered, their results,
 the failures of the others), and the front only checks arguments and formats
 outcomes. Where each env's call stands is the
-:class:`~parallelenv.ledger.Ledger`'s; surviving failures is the
-:class:`~parallelenv.resuming.Resumer`'s; how results reach the caller is
+:class:`~parallelenv.tracking.ledger.Ledger`'s; surviving failures is the
+:class:`~parallelenv.tracking.resuming.Resumer`'s; how results reach the caller is
 the buffers' handover's. This is the one place that waits: always with a
 deadline, and always ready to declare a worker hung after ``call_timeout``.
 """
@@ -26,11 +26,12 @@ from parallelenv.calls import Call, Failure, Reply, Reset, Step
 from parallelenv.errors import AlreadyPendingError, ClosedError, WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import Healing
 from parallelenv.infos.step_infos import PendingInfos, StepInfo
-from parallelenv.ledger import Ledger
 from parallelenv.policies import Policy
 from parallelenv.recycling import Recycler, Recycling
-from parallelenv.results import Outcome, Received, add_ended
-from parallelenv.resuming import Resumer
+from parallelenv.tracking.ledger import Ledger
+from parallelenv.tracking.results import Outcome, Received, add_ended
+from parallelenv.tracking.resuming import Resumer
+from parallelenv.tracking.whole_step import WholeSteps
 
 __all__ = ["InFlight"]
 
@@ -51,20 +52,18 @@ class InFlight:
         self.backend = backend
         self._buffers = backend.buffers
         # A backend that runs each call in the caller's thread has nothing to wait for.
-        self._answers_in_dispatch = isinstance(backend, RunsInCaller)
-        self._whole_step_in_one_reply = self._answers_in_dispatch or (
-            isinstance(backend, AnswersWholeSteps) and backend.answers_whole_steps)
+        self.answers_in_dispatch = isinstance(backend, RunsInCaller)
         self.policy = policy
         self.call_timeout = call_timeout
         self.arrays: NumpyArrays = array_kind(backend.buffers, backend.single_action_space)
         self.ledger = Ledger(n)
         self.everyone = Selection.of(np.arange(n), n)
-        self._step_everyone = Step(self.everyone.env_ids)
-        self._awaited_step_everyone = Step(self.everyone.env_ids, awaited=True)
+        self.step_everyone = Step(self.everyone.env_ids)
+        self.awaited_step_everyone = Step(self.everyone.env_ids, awaited=True)
         # The policy's finished envs (they get None results), in the buffers' array kind.
         self.finished = self.arrays.bool_zeros(n)
         self._none_result = self.arrays.bool_zeros(n)  # READY with a None result, never stepped
-        self._infos = PendingInfos(backend.buffers.info_columns, self.arrays)  # of READY envs
+        self.infos = PendingInfos(backend.buffers.info_columns, self.arrays)  # of READY envs
         self._call_values: dict[int, Any] = {}  # answers to the non-step call under way
         self._call_info: dict[str, Any] | None = None
         self._failures: list[Failure] = []
@@ -78,11 +77,13 @@ class InFlight:
         if recycling is not None:
             if not isinstance(backend, RestartsWorkers):
                 raise TypeError(f"recycle= needs a backend that restarts workers; {type(backend).__name__} does not")
-            self._recycling_backend = backend
-            self._recycler = Recycler(recycling, backend.workers(), n)
+            self._recycler = Recycler(recycling, backend, n)
             healing = healing or Healing("raise", "raise", 0, 1.0)
         active = healing is not None and (healing.active or self._recycler is not None)
-        self._resumer = Resumer(healing, sources, backend, self.ledger, self.select) if active else None
+        self.resumer = Resumer(healing, sources, backend, self.ledger, self.select) if active else None
+        answers_whole_steps = self.answers_in_dispatch or (
+            isinstance(backend, AnswersWholeSteps) and backend.answers_whole_steps)
+        self._whole_steps = WholeSteps(self) if answers_whole_steps else None
 
     def select(self, ids: np.ndarray | None) -> Selection:
         """The selection of checked ``ids``; every env when None."""
@@ -97,8 +98,8 @@ class InFlight:
 
     def step(self, selection: Selection, actions: Any) -> Outcome:
         """Step the envs of ``selection`` and hand over their results (see :meth:`send`)."""
-        if selection.everyone and self._steps_at_once():
-            outcome = self._step_at_once(actions)
+        if selection.everyone and self._whole_steps is not None and self._whole_steps.possible():
+            outcome = self._whole_steps.step(actions)
             if outcome is not None:
                 return outcome
         else:
@@ -124,7 +125,7 @@ class InFlight:
                 if not live.all():
                     finished = selection.ids[~live]
                     self.ledger.none_results(finished)
-                    self._infos.forget(finished)  # their info rows hold a step handed over before
+                    self.infos.forget(finished)  # their info rows hold a step handed over before
                     self._none_result[finished] = True
                     actions = take(actions, live)
                     selection = selection.without(~live)
@@ -134,14 +135,14 @@ class InFlight:
                 live = None
             else:  # a device mask: the backend leaves out the envs it does not set
                 self._none_result[rows] = ~live
-        if self._resumer is not None and self._resumer.owed:
-            selection, actions = self._resumer.answer_owed(selection, actions)
+        if self.resumer is not None and self.resumer.owed:
+            selection, actions = self.resumer.answer_owed(selection, actions)
             if not len(selection):
                 return
             rows = self.arrays.rows(selection)
         self.arrays.put_actions(self._buffers, rows, actions)
         if selection.everyone and live is None:
-            call = self._awaited_step_everyone if awaited else self._step_everyone
+            call = self.awaited_step_everyone if awaited else self.step_everyone
         else:
             call = Step(selection.env_ids, live, awaited)
         self._dispatch(call, selection)
@@ -154,22 +155,10 @@ class InFlight:
         return self._recycled_after(self._hand_over(self.select(ledger.ready_in_send_order())))
 
     def _recycled_after(self, outcome: Outcome) -> Outcome:
-        """Count the steps handed over, and replace the workers past a recycling limit that have no call
-        under way (the others at a later step); their envs answer their next step as rebuilt envs do."""
-        recycler = self._recycler
-        if recycler is None:
-            return outcome
-        recycler.stepped(outcome.answered.rows)
-        workers = self._recycling_backend.workers()
-        # Every worker due now and idle, replaced in one go: a limit of steps or seconds makes every
-        # worker due at once, and Ray would otherwise start their actors one after another.
-        idle = [(index, list(workers[index][0]), reason) for index, reason in recycler.due(workers)
-                if self.ledger.busy(np.array(workers[index][0])).size == 0]
-        if idle:
-            assert self._resumer is not None  # made with the recycler
-            self._resumer.recycle([(env_ids, reason) for _, env_ids, reason in idle])
-            for index, _, _ in idle:
-                recycler.renewed(index)
+        """Count the steps handed over; replace the workers past a recycling limit that have no call under way."""
+        if self._recycler is not None:
+            assert self.resumer is not None  # made with the recycler
+            self._recycler.after_hand_over(outcome.answered.rows, self.ledger, self.resumer)
         return outcome
 
     def reset(self, call: Reset, selection: Selection) -> Outcome:
@@ -187,9 +176,9 @@ class InFlight:
     def run(self, call: Call, selection: Selection) -> Outcome:
         """Run a non-step call to completion: each env's answer, the failures of those that raised."""
         self._require_idle(selection, f"call {type(call).__name__} on")
-        if self._resumer is not None and type(call) is Reset:
-            self._resumer.healing.remember_seeds(call.env_ids, call.seeds)
-            self._resumer.forget_owed(call.env_ids)
+        if self.resumer is not None and type(call) is Reset:
+            self.resumer.healing.remember_seeds(call.env_ids, call.seeds)
+            self.resumer.forget_owed(call.env_ids)
         self._call_values, self._call_info = {}, None
         self._sync_call = call
         try:
@@ -215,7 +204,11 @@ class InFlight:
             ready = ready.without(failed)
             if not len(ready):
                 return Outcome(ready, failures)
-        received = self._receive(ready)
+        return self.handed_over(ready, failures, self._receive(ready))
+
+    def handed_over(self, ready: Selection, failures: list[Failure], received: Received) -> Outcome:
+        """The outcome of a step whose READY envs ``ready`` were received: their results, out of the buffers."""
+        add_ended(received, self._buffers.ended, self._buffers.ended_obs, ready)
         self.last_step_info = received.info
         results = self._buffers.handover.step_results(self.arrays, self._buffers, ready, self.policy.tracks_finished)
         return Outcome(ready, failures, received, results)
@@ -229,76 +222,7 @@ class InFlight:
                 else self._none_result[rows].clone()
             self._none_result[rows] = False
         self.ledger.received(selection)
-        received = Received(self._infos.take(selection), none_result)
-        add_ended(received, self._buffers.ended, self._buffers.ended_obs, selection)
-        return received
-
-    def _steps_at_once(self) -> bool:
-        """Whether a step of every env can go through :meth:`_step_at_once` now: on a backend that
-        answers it in one reply, with nothing else under way and no worker healing; under a policy
-        that tracks finished envs, only while none is (it would answer with None results), read on the host."""
-        return (self._whole_step_in_one_reply and self.ledger.quiet and self._resumer is None
-                and (not self.policy.tracks_finished or (self.arrays.reads_on_host and not self.finished.any())))
-
-    def _step_at_once(self, actions: Any) -> Outcome | None:
-        """Step every env with nothing else under way (:meth:`_steps_at_once`), on a backend that
-        answers such a step in one reply, and hand its results over as soon as it comes.
-
-        The ledger's round (sent, pending, ready, received) has nothing to
-        track while the step takes this path: this method waits for the one
-        reply itself, for up to ``call_timeout``. Where anything else comes
-        (a failure, a worker's death, replies in parts, no reply in time, an
-        interrupt), the step is entered in the ledger as sent when it was,
-        what came is absorbed, and the general path takes over: None says
-        so, and the caller waits and hands over as after :meth:`send`.
-        """
-        everyone = self.everyone
-        actions = self.arrays.actions(actions, everyone.count)
-        buffers = self._buffers
-        self.arrays.put_actions(buffers, everyone.rows, actions)
-        if self._answers_in_dispatch:
-            self.backend.dispatch(self._step_everyone)
-            replies = self.backend.collect(0.0)
-            sent_at = None
-        else:
-            sent_at, replies = self._send_and_collect_whole_step()
-        if len(replies) == 1 and not replies[0].failures and replies[0].env_ids == everyone.env_ids:
-            received = Received(self._infos.take_whole_step(replies[0], everyone), None)
-            self.last_step_info = received.info
-            add_ended(received, buffers.ended, buffers.ended_obs, everyone)
-            if self.policy.tracks_finished:  # none was finished before this step; some may be now
-                self.policy.after_step(self.finished, everyone.rows, buffers.terminated | buffers.truncated)
-            results = buffers.handover.step_results(self.arrays, buffers, everyone, self.policy.tracks_finished)
-            return Outcome(everyone, [], received, results)
-        self._enter_whole_step(time.monotonic() if sent_at is None else sent_at)
-        for reply in replies:
-            self._absorb(reply)
-        return None
-
-    def _send_and_collect_whole_step(self) -> tuple[float, list[Reply]]:
-        """:meth:`_step_at_once`'s step on a backend of other processes: when it was sent, and the replies
-        that came within ``call_timeout``. A death or an interrupt is raised with the step in the ledger."""
-        buffers = self._buffers
-        buffers.handover.before_whole_call(buffers, True)
-        sent_at = time.monotonic()
-        try:
-            self.backend.dispatch(self._awaited_step_everyone)
-        except WorkerDiedError as died:
-            self.broken = died
-            raise
-        try:
-            return sent_at, self.backend.collect(self.call_timeout)
-        except BaseException as exc:
-            self._enter_whole_step(sent_at)
-            if isinstance(exc, WorkerDiedError):
-                self._absorb_before_death(exc)
-                self._survive(exc)
-            raise
-
-    def _enter_whole_step(self, sent_at: float) -> None:
-        """Enter a step of every env that :meth:`_step_at_once` sent at ``sent_at`` in the ledger."""
-        self.ledger.number(self.everyone)
-        self.ledger.dispatched(self.everyone, sent_at)
+        return Received(self.infos.take(selection), none_result)
 
     # ------------------------------------------------------------- dispatching and waiting
 
@@ -314,7 +238,7 @@ class InFlight:
 
     def _dispatch(self, call: Call, selection: Selection) -> None:
         if self.ledger.dispatched(selection, time.monotonic()):
-            step_of_every_env = call is self._step_everyone or call is self._awaited_step_everyone
+            step_of_every_env = call is self.step_everyone or call is self.awaited_step_everyone
             self._buffers.handover.before_whole_call(self._buffers, step_of_every_env)
         try:
             self.backend.dispatch(call)
@@ -346,39 +270,39 @@ class InFlight:
                 raise ClosedError("close() from another thread ended this call")
             if ledger.num_pending == 0:
                 return
-            if self._answers_in_dispatch:  # every call ran when dispatched: its replies are there
+            if self.answers_in_dispatch:  # every call ran when dispatched: its replies are there
                 replies = self.backend.collect(0.0)
                 if replies:
                     for reply in replies:
-                        self._absorb(reply)
+                        self.absorb(reply)
                     continue
             try:
                 replies = self._block_for_replies(deadline, wanted)
             except WorkerDiedError as died:
-                self._absorb_before_death(died)
-                self._survive(died)
+                self.absorb_before_death(died)
+                self.survive(died)
                 continue
             if replies is None:  # the caller's deadline passed
                 return
             for reply in replies:
-                self._absorb(reply)
+                self.absorb(reply)
 
-    def _absorb_before_death(self, died: WorkerDiedError) -> None:
+    def absorb_before_death(self, died: WorkerDiedError) -> None:
         """Answers read before the death was seen are answers: taken first, an env answered in
         time is no longer pending when the death is handled."""
         replies, died.replies_before_death = died.replies_before_death, ()
         for reply in replies:
-            self._absorb(reply)
+            self.absorb(reply)
 
-    def _survive(self, died: WorkerDiedError) -> None:
+    def survive(self, died: WorkerDiedError) -> None:
         """Go on past a worker's death where healing says so; else the ParallelEnv is broken."""
         if self.interrupted:
             raise ClosedError("close() from another thread ended this call") from died
-        if self._resumer is None:
+        if self.resumer is None:
             self.broken = died
             raise died
         try:
-            self._failures.extend(self._resumer.survive(died, self._sync_call))
+            self._failures.extend(self.resumer.survive(died, self._sync_call))
         except WorkerDiedError as final:
             self.broken = final
             raise
@@ -411,12 +335,20 @@ class InFlight:
         failures, self._failures = self._failures, []
         return failures
 
-    def _absorb(self, reply: Reply) -> None:
-        resumer = self._resumer
+    def track_finished(self, index: Any, reply: Reply) -> None:
+        """The policy's finished envs after the step ``reply`` answered for the envs of ``index``."""
+        buffers = self._buffers
+        done = buffers.terminated[index] | buffers.truncated[index]
+        if reply.failures:  # their rows hold no result of this step
+            done[[reply.env_ids.index(i) for i in reply.failed_ids()]] = False
+        self.policy.after_step(self.finished, index, done)
+
+    def absorb(self, reply: Reply) -> None:
+        resumer = self.resumer
         if resumer is not None:
             if resumer.stands_in(reply):
                 reply = resumer.as_restarted_step(reply)
-                self._infos.forget(reply.env_ids)  # their info rows hold no step of the rebuilt envs
+                self.infos.forget(reply.env_ids)  # their info rows hold no step of the rebuilt envs
             if reply.failures and reply.call_type is Step:
                 reply = resumer.rebuild_failed(reply)
                 if not reply.env_ids:
@@ -430,14 +362,9 @@ class InFlight:
         if step:
             # Envs whose step raised are READY too: their results are dropped
             # when the failure is handed over with the others' results.
-            self._infos.add(reply)
+            self.infos.add(reply)
             if self.policy.tracks_finished:
-                buffers = self._buffers
-                index = self.arrays.reply_rows(rows)
-                done = buffers.terminated[index] | buffers.truncated[index]
-                if reply.failures:  # their rows hold no result of this step
-                    done[[env_ids.index(i) for i in reply.failed_ids()]] = False
-                self.policy.after_step(self.finished, index, done)
+                self.track_finished(self.arrays.reply_rows(rows), reply)
         else:
             self._call_values.update(reply.values)
             if reply.info is not None:

@@ -6,7 +6,7 @@ worker's death (:meth:`Resumer.survive`), the steps it sends
 (:meth:`Resumer.answer_owed`) and the replies it takes
 (:meth:`Resumer.as_restarted_step`, :meth:`Resumer.rebuild_failed`); it
 changes the calls' states only through the tracker's
-:class:`~parallelenv.ledger.Ledger`. The choices and the budget are
+:class:`~parallelenv.tracking.ledger.Ledger`. The choices and the budget are
 :mod:`parallelenv.healing`'s; replacing a worker is the backend's (``restart``).
 """
 
@@ -25,8 +25,8 @@ from parallelenv.calls import Call, Done, Failure, Rebuild, Reset, Step, method_
 from parallelenv.errors import WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_HUNG, Healing, SurvivedFailure
 from parallelenv.infos import ENV_RESTARTED, WORKER_RESTARTED
-from parallelenv.ledger import Ledger
 from parallelenv.recycling import WORKER_RECYCLED
+from parallelenv.tracking.ledger import Ledger
 
 
 class Resumer:
