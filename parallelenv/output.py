@@ -1,12 +1,17 @@
-"""What ``output=`` and ``device=`` ask of a ParallelEnv's results, checked before and after its backend starts."""
+"""What ``output=`` and ``device=`` ask of a ParallelEnv's results: checked before and after its backend
+starts, and, for ``output="torch"``, any backend's results handed over as torch tensors on a device.
+
+torch is imported only when a torch device or output is asked for.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from parallelenv.arrays import import_torch
-from parallelenv.backends.base import Backend
-from parallelenv.devices import torch_device
+from parallelenv.arrays import import_torch, to_torch, tree_map
+
+if TYPE_CHECKING:
+    from parallelenv.backends.base import Backend
 
 
 def check_output(output: Any, device: Any) -> None:
@@ -22,7 +27,7 @@ def check_output(output: Any, device: Any) -> None:
 
 
 def converter(output: Any, device: Any, native_output: str, backend: Backend, para_mode: str) -> Any:
-    """The :class:`~parallelenv.torch_output.TorchOutput` that turns ``backend``'s results into what
+    """The :class:`TorchOutput` that turns ``backend``'s results into what
     ``output`` asks for, or None where they are that already; ValueError where they cannot be."""
     if native_output != "torch" and (output == "torch" or device is not None):
         buffers = backend.buffers
@@ -31,9 +36,64 @@ def converter(output: Any, device: Any, native_output: str, backend: Backend, pa
                 f"output='torch': a space of no fixed shape ({backend.single_observation_space} or "
                 f"{backend.single_action_space}) has no tensor form; use NumPy output"
             )
-        from parallelenv.torch_output import TorchOutput  # imports torch: only when asked for
-
         return TorchOutput(device)
     if native_output == "torch" and output == "numpy":
         raise ValueError(f"output='numpy': the results of para_mode={para_mode!r} are torch tensors")
     return None
+
+
+def torch_device(device: Any, needed_for: str = "device=") -> Any:
+    """``device`` as a ``torch.device``, or a ValueError saying why this machine cannot give it.
+
+    Torch itself answers a CUDA device it cannot give with an
+    ``AssertionError("Torch not compiled with CUDA enabled")`` from deep in its
+    lazy init, at the first tensor made there: this says which argument asked
+    for it, whether torch or the machine lacks CUDA, and what to do instead.
+    """
+    torch = import_torch(needed_for)
+    checked = torch.device(device)
+    if checked.type != "cuda":
+        return checked
+    if not torch.backends.cuda.is_built():
+        why = (f"this torch ({torch.__version__}) is a CPU-only build. Install a CUDA build of torch "
+               "(https://pytorch.org/get-started/locally/)")
+    elif not torch.cuda.is_available():
+        why = ("torch finds no CUDA GPU on this machine (no GPU or driver, or CUDA_VISIBLE_DEVICES hides them)")
+    elif checked.index is not None and checked.index >= torch.cuda.device_count():
+        why = f"this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from 0"
+    else:
+        return checked
+    raise ValueError(f"{needed_for}{str(device)!r} asks for a CUDA GPU, but {why}, or pass device='cpu'")
+
+
+class TorchOutput:
+    """Converts results to tensors on ``device`` and torch actions back to NumPy.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from parallelenv import ParallelEnv
+        >>> with ParallelEnv([lambda: gym.make("CartPole-v1")] * 2, para_mode="dummy", output="torch") as penv:
+        ...     obs, info = penv.reset(seed=0)
+        >>> type(obs).__name__, obs.device.type
+        ('Tensor', 'cpu')
+    """
+
+    def __init__(self, device: Any) -> None:
+        self._torch = torch = import_torch("output='torch'")  # only when asked for: never at import
+        self.device = torch.device("cpu" if device is None else device)
+
+    def tensors(self, value: Any) -> Any:
+        """Arrays, and dicts and tuples of them, as tensors; the result owns its memory already."""
+        return to_torch(value, self.device)
+
+    def results(self, results: Any, align: str) -> Any:
+        """Obs, reward, terminated and truncated as tensors; infos stay as they are."""
+        if align == "batch":
+            return [(self.tensors(obs), *rest) for obs, *rest in results]
+        *arrays, info = results
+        return (*(self.tensors(a) for a in arrays), info)
+
+    def actions(self, actions: Any) -> Any:
+        """Torch actions (also inside dicts and tuples) as NumPy; anything else as it is."""
+        tensor = self._torch.Tensor
+        return tree_map(lambda x: x.detach().cpu().numpy() if isinstance(x, tensor) else x, actions)

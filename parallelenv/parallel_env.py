@@ -20,7 +20,6 @@ from gymnasium.vector.utils import batch_space
 from parallelenv import arguments
 from parallelenv.array_kinds import Selection
 from parallelenv.arrays import is_tensor
-from parallelenv.at_exit import close_at_exit
 from parallelenv.backends import BackendConfig, env_maker, resolve_backend
 from parallelenv.backends.base import Backend
 from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, GetAttr, ReplaceEnv, Reset, SetAttr, env_error
@@ -36,7 +35,12 @@ from parallelenv.infos.step_infos import StepInfo
 from parallelenv.output import check_output, converter
 from parallelenv.policies import Policy, resolve_policy
 from parallelenv.recycling import Recycling
-from parallelenv.serialised import close_ending_the_call_under_way, close_unless_held, one_caller_at_a_time
+from parallelenv.serialised import (
+    close_at_exit,
+    close_ending_the_call_under_way,
+    close_unless_held,
+    one_caller_at_a_time,
+)
 from parallelenv.tracking.inflight import InFlight
 from parallelenv.tracking.results import Outcome, shaped
 

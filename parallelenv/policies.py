@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from parallelenv.errors import AllEnvsFinishedWarning
-from parallelenv.user_call import warn_at_user_call
+from parallelenv.errors import AllEnvsFinishedWarning, warn_at_user_call
 
 
 class Policy:

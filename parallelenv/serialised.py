@@ -4,12 +4,17 @@ Interleaved, two threads would take each other's replies: one could get the
 other's rewards, or both wait for a reply the other consumed. The one
 exception is ``close()``, which ends the call another thread has under way
 (``self._calls.interrupted``, the one record of it): that call then raises ClosedError in its thread,
-which closes the ParallelEnv on its way out, since it owns the lock.
+which closes the ParallelEnv on its way out, since it owns the lock. And
+one that is still open when the interpreter exits is closed then
+(:func:`close_at_exit`), while its backend can still shut down cleanly.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
+import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours, to run after it)
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -76,3 +81,22 @@ def close_unless_held(penv: Any, wait_s: float = EXIT_LOCK_WAIT_S) -> None:
     finally:
         if acquired:
             penv._lock.release()
+
+
+# ParallelEnvs (and pools) not closed when the interpreter exits: closed while their backends can still
+# shut down cleanly (workers joined, shared memory unlinked).
+_OPEN: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def close_at_exit(penv: Any) -> None:
+    """Have ``penv._close_at_exit()`` called at exit unless it is gone by then."""
+    _OPEN.add(penv)
+
+
+@atexit.register
+def _close_open_envs() -> None:
+    for penv in list(_OPEN):
+        try:
+            penv._close_at_exit()
+        except Exception:
+            pass

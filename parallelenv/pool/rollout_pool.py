@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from parallelenv.at_exit import close_at_exit
 from parallelenv.backends.env_sources import env_list, pickle_sources
 from parallelenv.backends.partition import Groups
 from parallelenv.errors import ClosedError
@@ -44,6 +43,7 @@ from parallelenv.pool.messages import (
 from parallelenv.pool.samples import Collected, LostWork, Samples
 from parallelenv.pool.weights import check_update, pickle_policy, state_arrays
 from parallelenv.rollout.trajectories import Transitions
+from parallelenv.serialised import close_at_exit
 
 POLL_S = 0.5  # how often a wait looks at the clock (call_timeout, start_timeout)
 
