@@ -11,11 +11,16 @@ that sleeps on the wrong thing, which no result of a step shows.
 
 from __future__ import annotations
 
+import functools
+import os
+import signal
+import threading
 import time
 
 import numpy as np
 import pytest
-from envs import DelayEnv, FaultyEnv, counting
+from conftest import host_of
+from envs import DelayEnv, FaultyEnv, StallingEnv, counting
 
 from parallelenv import WorkerDiedError
 from parallelenv.backends.base import available_cpus
@@ -141,3 +146,37 @@ def test_a_worker_that_dies_in_a_counted_step_fails_that_step(make_penv, counted
     assert counted_told == [True, True]
     assert caught.value.env_indices == [2, 3]
     assert "exited with code 3" in caught.value.reason
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("last", [False, True], ids=["others still stepping", "the others done"])
+def test_a_worker_killed_in_a_counted_step_is_healed_and_steps_stay_counted(make_penv, counted_told, last, tmp_path):
+    # With healing on, the dead worker's envs answer the step with their new
+    # episode's first obs, the live worker's with its step (awaited by its
+    # finished mark, where the dead one would have been the last to count
+    # down), and the steps after are counted again on fresh tokens.
+    delay = 0.0 if last else 0.3
+    penv = make_penv([functools.partial(StallingEnv, tag=i, delay=delay if i < 2 else 0.0) for i in range(4)],
+                     asynchronous="restart", on_worker_failure="restart", max_restarts=3)
+    penv.reset(seed=0)
+    penv.step([1, 1, 1, 1])
+    # Env 2 opens this pipe once its step has begun: the kill lands inside the counted step.
+    began = tmp_path / "began"
+    os.mkfifo(began)
+    penv.set_env_attr("stall", str(began), id=[2])
+    victim = host_of(penv.backend, 2)[0]
+    killer = threading.Thread(target=lambda: (open(began).close(), os.kill(victim, signal.SIGKILL)))
+    killer.start()
+    counted_told.clear()
+    obs, _, _, truncated, info = penv.step([1, 1, 1, 1])
+    killer.join()
+    assert counted_told == [True, True, False]  # the step, then the new worker's reset standing in for it
+    assert obs[:, :2].tolist() == [[0, 2], [1, 2], [2, 0], [3, 0]]  # tag, count: 2 and 3 begin again
+    assert truncated.tolist() == [False, False, True, True]
+    assert info["_worker_restarted"].tolist() == [False, False, True, True]
+    for count in range(1, 4):
+        counted_told.clear()
+        obs, *_ = penv.step([1, 1, 1, 1])
+        assert counted_told == [True, True]
+        assert obs[:, 1].tolist() == [2 + count, 2 + count, count, count]
+    assert len(penv.failures) == 1 and penv.failures[0].env_ids == (2, 3)

@@ -101,7 +101,7 @@ class InFlight:
         if selection.everyone and self._whole_steps is not None and self._whole_steps.possible():
             outcome = self._whole_steps.step(actions)
             if outcome is not None:
-                return outcome
+                return self._recycled_after(outcome)
         else:
             self.send(selection, actions, awaited=True)
         ledger = self.ledger

@@ -35,10 +35,11 @@ class WholeSteps:
 
     def possible(self) -> bool:
         """Whether a step of every env can take this path now: with nothing else under way and no
-        worker healing; under a policy that tracks finished envs, only while none is (it would answer
-        with None results), read on the host."""
+        rebuilt env owing its new episode (healing's resumer answers those); under a policy that tracks
+        finished envs, only while none is (it would answer with None results), read on the host."""
         tracker = self._tracker
-        return (tracker.ledger.quiet and tracker.resumer is None
+        resumer = tracker.resumer
+        return (tracker.ledger.quiet and (resumer is None or not (resumer.owed or resumer.standins))
                 and (not tracker.policy.tracks_finished
                      or (tracker.arrays.reads_on_host and not tracker.finished.any())))
 
@@ -53,7 +54,10 @@ class WholeSteps:
             replies = backend.collect(0.0)
             sent_at = None
         else:
-            sent_at, replies = self._send_and_collect()
+            sent = self._send_and_collect()
+            if sent is None:  # a worker died and was replaced: the step is in the ledger, and the rest to come
+                return None
+            sent_at, replies = sent
         if len(replies) == 1 and not replies[0].failures and replies[0].env_ids == everyone.env_ids:
             reply = replies[0]
             if tracker.policy.tracks_finished:  # none was finished before this step; some may be now
@@ -64,9 +68,10 @@ class WholeSteps:
             tracker.absorb(reply)
         return None
 
-    def _send_and_collect(self) -> tuple[float, list[Reply]]:
+    def _send_and_collect(self) -> tuple[float, list[Reply]] | None:
         """The step on a backend of other processes: when it was sent, and the replies that came within
-        ``call_timeout``. A death or an interrupt is raised with the step in the ledger."""
+        ``call_timeout``. A death or an interrupt is raised with the step in the ledger; a death that
+        healing survives returns None, the step in the ledger, as the general path would go on."""
         tracker = self._tracker
         backend = tracker.backend
         backend.buffers.handover.before_whole_call(backend.buffers, True)
@@ -83,6 +88,7 @@ class WholeSteps:
             if isinstance(exc, WorkerDiedError):
                 tracker.absorb_before_death(exc)
                 tracker.survive(exc)
+                return None
             raise
 
     def _enter(self, sent_at: float) -> None:

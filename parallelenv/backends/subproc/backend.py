@@ -8,27 +8,19 @@ and the envs' non-empty infos. The parent blocks in one ``poll`` on the pipes
 and the processes' sentinels, so it takes no core from the envs and learns
 at once when a worker dies; for a step of every env whose caller waits for
 all of it (:attr:`Step.awaited <parallelenv.calls.Step.awaited>`, as
-``step()`` says), it sleeps instead on a
-:class:`~parallelenv.backends.subproc.countdown.Countdown` that only the last worker
-to answer wakes.
+``step()`` says), it announces the step to every worker at once and sleeps
+instead on a :class:`~parallelenv.backends.subproc.countdown.Countdown` that
+only the last worker to answer wakes (see :mod:`~parallelenv.backends.subproc.counted`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import os
-import pickle
 import select
-import signal
 import time
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
-from multiprocessing.connection import Connection, wait
-from typing import Any
 
 from parallelenv.backends.base import BackendConfig, available_cpus
 from parallelenv.backends.buffers import spare_obs_slots
@@ -37,57 +29,17 @@ from parallelenv.backends.partition import Groups
 from parallelenv.backends.spaces import common_spaces
 from parallelenv.backends.subproc import wire
 from parallelenv.backends.subproc.countdown import Countdown
+from parallelenv.backends.subproc.counted import CountedSteps, worker_bits
 from parallelenv.backends.subproc.shm import SharedBuffers
-from parallelenv.backends.subproc.spawning import main_module_not_rerun, single_threaded_numerics, start_context
-from parallelenv.backends.subproc.worker import LINGER_S, Attach, Ready, worker_main
-from parallelenv.calls import Call, Done, Failure, Reply, Step
+from parallelenv.backends.subproc.spawning import start_context
+from parallelenv.backends.subproc.worker import LINGER_S, Attach
+from parallelenv.backends.subproc.workers import Worker, await_report, exit_reason, start_worker
+from parallelenv.calls import Call, Done, Reply, Step
 from parallelenv.errors import WorkerDiedError
 from parallelenv.infos import columns as info_columns
 
 CLOSE_GRACE_S = 5.0
-
-
-@dataclass
-class _Worker:
-    process: Any
-    conn: Connection
-    env_ids: list[int]
-    # The env ids of each call sent and not yet answered, oldest first: a
-    # worker answers in order, so the head is what the next reply is about.
-    sent: deque[tuple[int, ...]] = field(default_factory=deque)
-    death: WorkerDiedError | None = None
-    obs_slot: int = 0  # the buffers' obs slot the worker writes into (see Buffers.use_obs_slot)
-    knows_info_columns: bool = True  # else its next call tells it their layout
-
-    def __post_init__(self) -> None:
-        self.group_ids = tuple(self.env_ids)
-        self.fd = self.conn.fileno()
-        self.pid = self.process.pid  # kept: the process object is closed with the backend
-
-    def release(self) -> None:
-        """Close the pipe and the process object (its sentinel): the process has ended."""
-        self.conn.close()
-        with contextlib.suppress(ValueError):  # still running: it is only killed, not yet reaped
-            self.process.close()
-
-    def died(self, reason: str | None = None) -> WorkerDiedError:
-        if self.death is None:
-            if reason is None:
-                self.process.join(timeout=1.0)
-                reason = _exit_reason(self.process.exitcode)
-            self.death = WorkerDiedError(self.env_ids, reason)
-        return self.death
-
-
-def _exit_reason(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "its pipe closed while the process still runs"
-    if exitcode < 0:
-        try:
-            return f"killed by signal {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exited with code {exitcode}"
+_exit_reason = exit_reason  # the pool's processes word an exit as the backends do
 
 
 class SubprocBackend:
@@ -115,23 +67,23 @@ class SubprocBackend:
             raise ValueError(f"num_workers={num_workers!r}; use an int from 1 to the number of envs ({num_envs})")
         payloads = pickle_sources(sources)
         self.num_envs = num_envs
-        self._workers: list[_Worker] = []
+        self._workers: list[Worker] = []
         self._shared: SharedBuffers | None = None
         self._closed = False
         # Deaths seen while sending, or beside another in one collect, reported by the next collect.
-        self._unreported: list[_Worker] = []
+        self._unreported: list[Worker] = []
         ctx = start_context(start_method)
         self._countdown = Countdown(ctx, num_workers)
         # Counted steps pay where every worker has a core to compute on: there a
         # wake-up of the parent lands on a core an env is using. With more workers
-        # than cores the envs mostly wait (sleep, I/O), and reading each reply as
-        # it comes overlaps with the stragglers: jitter16 lockstep ran ~4% slower counted.
-        # With one worker its reply is the only wake-up anyway.
+        # than cores, a message per worker costs the parent more than the stragglers'
+        # overlap gains where one futex call announces the step to all (64 workers of
+        # a sleeping env: ~1,400 us a step read from the pipes); without futexes, reading
+        # each reply as it comes overlapped with the stragglers (jitter16 lockstep ran
+        # ~4% slower counted). With one worker its reply is the only wake-up anyway.
         has_cores = num_workers <= available_cpus()
-        # A worker that dies in a counted step leaves the countdown short of its
-        # answer: where workers are restarted, steps are read from the pipes.
-        self._counts_steps = num_workers > 1 and has_cores and not config.restarts_workers
-        self._counting = False  # a counted step is in flight and its countdown not yet complete
+        self._counts_steps = num_workers > 1 and (has_cores or self._countdown.broadcasts)
+        self._on_pipes = 0  # calls sent on the pipes and not yet answered, all workers together
         self._columns_learned = False
         self._telling_columns = False  # some worker has yet to be told the info columns' layout
         # Workers attach to the shared memory and so register it with a
@@ -156,43 +108,31 @@ class SubprocBackend:
         # One poll object for the backend's life: `connection.wait` would build
         # and fill a selector on every call.
         self._poll = select.poll()
-        self._by_fd: dict[int, tuple[_Worker, bool]] = {}
-        # What a counted step sleeps on: the countdown's wake-up, or a worker dying.
-        self._countdown_poll = select.poll()
-        self._countdown_poll.register(self._countdown.fileno(), select.POLLIN)
+        self._by_fd: dict[int, tuple[Worker, bool]] = {}
+        self._counted = CountedSteps(self, self._workers, self._countdown)
         for worker in self._workers:
             self._watch_worker(worker)
-        self._all_ids = tuple(range(self.num_envs))
+        self.all_ids = tuple(range(self.num_envs))
         # Actions that travel in the messages make each step's message its own.
-        self._framed_counted_steps = None if self.buffers.private_actions else wire.framed_counted_group_steps()
-        self._group_steps: list[tuple[_Worker, Call]] = [(w, Step(w.group_ids)) for w in self._workers]
+        self._announces_steps = not self.buffers.private_actions
+        self._group_steps: list[tuple[Worker, Call]] = [(w, Step(w.group_ids)) for w in self._workers]
 
-    def _watch_worker(self, worker: _Worker) -> None:
+    def _watch_worker(self, worker: Worker) -> None:
         if worker.death is not None:
             return
         for fd, is_sentinel in ((worker.conn.fileno(), False), (worker.process.sentinel, True)):
             self._poll.register(fd, select.POLLIN)
             self._by_fd[fd] = (worker, is_sentinel)
-        self._countdown_poll.register(worker.process.sentinel, select.POLLIN)
+        self._counted.watch(worker)
 
-    def _start_worker(self, index: int, env_ids: list[int]) -> _Worker:
+    def expect_on_pipe(self, worker: Worker, env_ids: tuple[int, ...]) -> None:
+        """A reply about ``env_ids`` comes on ``worker``'s pipe before those of the calls sent it since."""
+        worker.sent.appendleft(env_ids)
+        self._on_pipes += 1
+
+    def _start_worker(self, index: int, env_ids: list[int]) -> Worker:
         ctx, payloads, config, linger_s, _ = self._restart_with
-        countdown = self._countdown.for_worker(index)
-        parent_conn, child_conn = ctx.Pipe(duplex=True)
-        group_payloads = [payloads[i] for i in env_ids]
-        process = ctx.Process(
-            target=worker_main,
-            args=(
-                child_conn, group_payloads, env_ids[0], config.policy.restarts_finished_envs, config.no_warning,
-                linger_s, countdown,
-            ),
-            name=f"parallelenv-worker-{env_ids[0]}-{env_ids[-1]}",
-            daemon=True,
-        )
-        with main_module_not_rerun(), single_threaded_numerics():
-            process.start()
-        child_conn.close()
-        return _Worker(process, parent_conn, env_ids)
+        return start_worker(ctx, index, env_ids, payloads, config, linger_s, self._countdown.for_worker(index))
 
     def _handshake(self, timeout: float | None, keep_segment_name: bool) -> None:
         """Learn the spaces from the workers, then give them the shared buffers.
@@ -203,7 +143,7 @@ class SubprocBackend:
         worker attaches by that name.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        per_env = [pair for w in self._workers for pair in self._await(w, deadline, "build its envs").spaces]
+        per_env = [pair for w in self._workers for pair in await_report(w, deadline, "build its envs").spaces]
         obs_space, action_space = common_spaces(per_env)
         self.single_observation_space, self.single_action_space = obs_space, action_space
         config = self._restart_with[2]
@@ -218,22 +158,9 @@ class SubprocBackend:
         for worker in self._workers:
             worker.conn.send_bytes(self._attach)
         for worker in self._workers:
-            self._await(worker, deadline, "attach to shared memory")
+            await_report(worker, deadline, "attach to shared memory")
         if not keep_segment_name:
             self._shared.unlink()
-
-    def _await(self, worker: _Worker, deadline: float | None, doing: str) -> Ready:
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready = wait([worker.conn, worker.process.sentinel], remaining)
-        if not ready:
-            raise worker.died(f"it did not {doing} within the start timeout")
-        try:
-            message = pickle.loads(worker.conn.recv_bytes())
-        except (EOFError, OSError):
-            raise worker.died() from None
-        if isinstance(message, Failure):
-            message.raise_error()
-        return message
 
     def dispatch(self, call: Call) -> None:
         # Only a step its caller awaits whole may be counted: its quiet answers
@@ -241,15 +168,16 @@ class SubprocBackend:
         # taken as it comes (send(), then a recv of some) would hand over
         # nothing until its last env answered; one not counted only costs the
         # parent more wake-ups. The countdown is the backend's, one step at a time.
-        counted = (self._counts_steps and type(call) is Step and call.awaited and call.env_ids == self._all_ids
-                   and not any(w.sent for w in self._workers))
-        if counted and not self._telling_columns and self._framed_counted_steps is not None:
+        counted = (self._counts_steps and type(call) is Step and call.awaited and call.env_ids == self.all_ids
+                   and not self._on_pipes and not self._counted.in_flight)
+        if counted and not self._telling_columns and self._announces_steps:
             self._dispatch_counted_step()
             return
         routed = self._route(call)
         for worker, _ in routed:
             if worker.death is not None:
                 raise worker.death
+        self._counted.settle_slots()
         # Every message is made before any is sent: one that cannot be pickled
         # raises here, and no worker has started a call the others never get.
         obs_slot = self.buffers.obs_slot
@@ -259,49 +187,31 @@ class SubprocBackend:
             messages = [self._with_info_columns(worker, message) for (worker, _), message in zip(routed, messages,
                                                                                                 strict=True)]
         if counted:
-            self._countdown.arm()
-            self._counting = True  # until collect has every answer: quiet ones reach it through the countdown only
+            self._counted.begin()  # its quiet answers reach collect through the countdown only
         for (worker, worker_call), message in zip(routed, messages, strict=True):
-            worker.sent.append(worker_call.env_ids)
+            if not counted:
+                worker.sent.append(worker_call.env_ids)
+                self._on_pipes += 1
             worker.obs_slot = obs_slot
             try:
                 worker.conn.send_bytes(message)
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-                self._not_sent(worker)
+                self.not_sent(worker)
+        self._countdown.ring(worker_bits((worker for worker, _ in routed), len(routed) == len(self._workers)))
 
-    def _not_sent(self, worker: _Worker) -> None:
+    def not_sent(self, worker: Worker) -> None:
         """A worker whose pipe broke while a call was sent: the other workers still get their share,
         the call is under way, and the next collect reports this one's death."""
         if worker.death is None:
-            self._lost(worker)
+            self.lose(worker)
             self._unreported.append(worker)
 
     def _dispatch_counted_step(self) -> None:
-        """What :meth:`dispatch` does for a counted step of every env, with the message framed once.
+        """What :meth:`dispatch` does for a counted step of every env: announced to every worker at once
+        (see :mod:`~parallelenv.backends.subproc.counted`), the parent's share of a training loop's step."""
+        self._counted.dispatch(self.buffers.obs_slot)
 
-        Every worker gets the same few bytes, the obs slot the only thing in
-        them that changes: written straight to each pipe, framed as
-        ``Connection.recv_bytes`` reads them, the parent's share of a
-        training loop's step is a write per worker.
-        """
-        workers = self._workers
-        for worker in workers:
-            if worker.death is not None:
-                raise worker.death
-        obs_slot = self.buffers.obs_slot
-        framed = self._framed_counted_steps[obs_slot]  # type: ignore[index]  # checked by dispatch
-        self._countdown.arm()
-        self._counting = True
-        for worker in workers:
-            worker.sent.append(worker.group_ids)
-            worker.obs_slot = obs_slot
-            try:
-                if os.write(worker.fd, framed) != len(framed):  # a few bytes: a short write means a broken pipe
-                    raise BrokenPipeError(f"a short write to worker {worker.pid}'s pipe")
-            except OSError:
-                self._not_sent(worker)
-
-    def _with_info_columns(self, worker: _Worker, message: bytes) -> bytes:
+    def _with_info_columns(self, worker: Worker, message: bytes) -> bytes:
         """``message``, behind the layout of the info columns if the worker has not been told it yet."""
         if worker.knows_info_columns:
             return message
@@ -329,9 +239,9 @@ class SubprocBackend:
         return self._counts_steps or len(self._workers) == 1
 
     def _is_step_of_all(self, call: Call) -> bool:
-        return type(call) is Step and call.env_ids == self._all_ids
+        return type(call) is Step and call.env_ids == self.all_ids
 
-    def _route(self, call: Call) -> list[tuple[_Worker, Call]]:
+    def _route(self, call: Call) -> list[tuple[Worker, Call]]:
         if self._is_step_of_all(call):
             return self._group_steps
         return [(self._workers[group], group_call) for group, group_call in self._groups.split(call)]
@@ -341,80 +251,49 @@ class SubprocBackend:
         if self._unreported:
             raise self._unreported.pop(0).death  # type: ignore[misc]  # set when it was recorded
         replies: list[Reply] = []
-        dead: list[_Worker] = []
-        if self._counting:
+        dead: list[Worker] = []
+        counted = self._counted
+        if counted.in_flight:
             # The answers of a counted step that came through the countdown alone; those
             # with something to say follow on the pipes, read below with everything else.
-            if self._await_countdown(timeout, dead):
-                self._counting = False
-            else:
+            complete = counted.wait(timeout, dead)
+            if not complete:
                 timeout = 0.0  # time is up: hand over what has arrived, so only envs still silent count as hung
-            replies = self._quiet_answers()
-        if any(worker.sent for worker in self._workers):
+            replies = counted.answers(complete)
+        if self._on_pipes:
             for fd, _ in self._poll.poll(_milliseconds(timeout)):
                 worker, is_sentinel = self._by_fd[fd]
                 if worker.death is not None:
                     continue  # its pipe and sentinel may both be in this poll's events
                 if not is_sentinel:
                     try:
-                        reply = wire.decode_reply(worker.conn.recv_bytes(), worker.sent.popleft(), self.buffers)
+                        reply = wire.decode_reply(worker.conn.recv_bytes(), worker.sent[0], self.buffers)
                     except (EOFError, OSError):
                         pass
                     else:
+                        worker.sent.popleft()
+                        self._on_pipes -= 1
                         if not self._columns_learned and reply.values and reply.call_type is Step:
                             self._learn_info_columns(reply)
                         replies.append(reply)
                         continue
-                self._lost(worker)
+                self.lose(worker)
                 dead.append(worker)
         if dead:
             # What was read before is the caller's all the same, the dead worker's own reply too.
             self._unreported.extend(dead[1:])
             death = dead[0].death
-            assert death is not None  # set by _lost
+            assert death is not None  # set by lose
             death.replies_before_death = replies
             raise death
         return replies
 
-    def _await_countdown(self, timeout: float | None, dead: list[_Worker]) -> bool:
-        """Sleep until the last worker of a counted step wakes us (True), ``timeout`` passes, or
-        workers die (False; they join ``dead``)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            events = self._countdown_poll.poll(_milliseconds(remaining))
-            if not events:
-                return False
-            for fd, _ in events:
-                if fd != self._countdown.fileno():
-                    worker = self._by_fd[fd][0]
-                    self._lost(worker)
-                    dead.append(worker)
-            if dead:
-                return False
-            if self._countdown.complete():
-                return True
-
-    def _quiet_answers(self) -> list[Reply]:
-        """The counted step's answers that came through the countdown alone: no env had an info."""
-        if self._countdown.all_quiet():
-            # Every worker's part of a step of every env: one answer for the whole
-            # step, which the tracker takes in one go, as a whole step's reply.
-            for worker in self._workers:
-                worker.sent.popleft()
-            return [Done(Step, self._all_ids, {})]
-        answers: list[Reply] = []
-        for index, worker in enumerate(self._workers):
-            if worker.sent and self._countdown.answered_quietly(index):
-                answers.append(Done(Step, worker.sent.popleft(), {}))
-        return answers
-
-    def _lost(self, worker: _Worker, reason: str | None = None) -> WorkerDiedError:
+    def lose(self, worker: Worker, reason: str | None = None) -> WorkerDiedError:
         """Record a worker's death and stop watching its pipe and sentinel."""
         if worker.death is None:
             for fd in (worker.conn.fileno(), worker.process.sentinel):
                 self._poll.unregister(fd)
-            self._countdown_poll.unregister(worker.process.sentinel)
+            self._counted.lost(worker)
         return worker.died(reason)
 
     def env_pids(self) -> list[int]:
@@ -432,22 +311,25 @@ class SubprocBackend:
         """Start a new worker in place of each dead one hosting ``env_ids``, attached to the same buffers."""
         ctx, _, config, _, start_timeout = self._restart_with
         deadline = None if start_timeout is None else time.monotonic() + start_timeout
+        self._counted.settle_slots()
         rebuilt: list[int] = []
         for group in self._groups.hosting(env_ids):
             old = self._workers[group]
             if old.death is None:
                 continue
             self._unreported = [w for w in self._unreported if w is not old]
+            self._on_pipes -= len(old.sent)
+            self._counted.num_dead -= 1
             old.process.join(timeout=1.0)
             old.release()
             new = self._start_worker(group, old.env_ids)
             self._workers[group] = new
             try:
-                spaces = self._await(new, deadline, "build its envs").spaces
+                spaces = await_report(new, deadline, "build its envs").spaces
                 if any(pair != (self.single_observation_space, self.single_action_space) for pair in spaces):
                     raise new.died(f"its rebuilt envs have other spaces than the first ones: {spaces}")
                 new.conn.send_bytes(self._attach)
-                self._await(new, deadline, "attach to shared memory")
+                await_report(new, deadline, "attach to shared memory")
             except BaseException:
                 new.process.kill()
                 new.process.join(timeout=5.0)
@@ -464,7 +346,7 @@ class SubprocBackend:
         for group in self._groups.hosting(env_ids):
             worker = self._workers[group]
             worker.process.kill()
-            self._lost(worker, "it did not answer within call_timeout and was killed")
+            self.lose(worker, "it did not answer within call_timeout and was killed")
             lost.extend(worker.env_ids)
         return lost
 
@@ -488,6 +370,7 @@ class SubprocBackend:
                     worker.conn.send_bytes(wire.CLOSING)
                 except (OSError, EOFError):
                     pass
+        self._countdown.ring()
         deadline = time.monotonic() + CLOSE_GRACE_S
         for worker in self._workers:
             worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -497,6 +380,8 @@ class SubprocBackend:
                 worker.process.join(timeout=5.0)
             worker.release()
         self._countdown.close()
+        if hasattr(self, "_counted"):
+            self._counted.close()
         if self._shared is not None:
             self.buffers = None  # type: ignore[assignment]  # the arrays die with the segment
             self._shared.release()

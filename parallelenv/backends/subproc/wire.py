@@ -38,7 +38,6 @@ Where every part has a fixed shape, nothing of this is sent.
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 import struct
 from collections.abc import Callable
@@ -49,20 +48,12 @@ import numpy as np
 
 from parallelenv.backends import pickling
 from parallelenv.backends.buffers import Buffers
+from parallelenv.backends.subproc.sendable import WithRows, encode, sendable_pickle
 from parallelenv.batching import read_private_rows, write_private_rows
 from parallelenv.calls import NO_RESULT_CALLS, Done, Failure, Step, method_name, per_env_fields
 
 _STEP_ID = np.dtype(np.int32)
 QUIET = b""  # the reply to a step when no env returned an info: its results are all in shared memory
-
-
-@dataclass(frozen=True)
-class WithRows:
-    """A call or reply (``message``, about ``env_ids``) and those envs' rows of the buffers' private parts."""
-
-    message: Any
-    env_ids: tuple[int, ...]
-    rows: list[Any]
 
 
 @dataclass(frozen=True)
@@ -83,14 +74,6 @@ class Kind:
 
     def encode(self, *args: Any) -> bytes:
         return self.header + self.payload(*args)
-
-
-def encode(message: Any) -> bytes:
-    """Plain pickle where it can (faster); cloudpickle for what plain pickle refuses."""
-    try:
-        return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return pickling.dumps(message)
 
 
 def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, buffers: Buffers | None = None,
@@ -304,13 +287,6 @@ def encode_reply(reply: Done, buffers: Buffers | None = None) -> bytes:
     return DONE.encode(reply)
 
 
-def _sendable_pickle(message: Done | WithRows) -> bytes:
-    try:
-        return encode(message)
-    except Exception:  # an info, attribute, return value or observation that cannot be pickled
-        return encode(_sendable(message))
-
-
 def decode_reply(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None = None) -> Done:
     """The reply to the call for ``env_ids``, the oldest this worker has not answered.
 
@@ -346,47 +322,6 @@ def _read_unreadable(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | N
     return Done(type(None), env_ids, {}, failures)
 
 
-def _sendable(message: Done | WithRows) -> Done | WithRows:
-    """``message`` with each value or observation row that cannot be pickled turned into its env's failure."""
-    if isinstance(message, WithRows):
-        failures, kept = [], []
-        for position, env_id in enumerate(message.env_ids):
-            failure = _unsendable(env_id, message.message, [rows[position] for rows in message.rows], "observation")
-            if failure is None:
-                kept.append(position)
-            else:
-                failures.append(failure)
-        reply = _sendable(_failing(message.message, failures))
-        return WithRows(reply, tuple(message.env_ids[p] for p in kept), [rows[kept] for rows in message.rows])
-    values, failures = {}, []
-    for env_id, value in message.values.items():
-        failure = _unsendable(env_id, message, value, "result")
-        if failure is None:
-            values[env_id] = value
-        else:
-            failures.append(failure)
-    return _failing(Done(message.call_type, message.env_ids, values, message.failures, message.info), failures)
-
-
-def _unsendable(env_id: int, reply: Done, value: Any, what: str) -> Failure | None:
-    try:
-        encode(value)
-    except Exception as exc:
-        failure = Failure.from_exception(env_id, reply.call_type.__name__.lower(), exc)
-        return dataclasses.replace(failure, message=f"its {what} cannot be sent back from the worker process: "
-                                                    f"{failure.message}")
-    return None
-
-
-def _failing(reply: Done, failures: list[Failure]) -> Done:
-    """``reply`` with these envs failing too, their values dropped."""
-    if not failures:
-        return reply
-    failed = {failure.env_index for failure in failures}
-    values = {env_id: value for env_id, value in reply.values.items() if env_id not in failed}
-    return Done(reply.call_type, reply.env_ids, values, (*reply.failures, *failures), reply.info)
-
-
 def _nothing() -> bytes:
     return b""
 
@@ -405,8 +340,8 @@ INFO_COLUMNS = Kind("the info columns to write from now on, for the call that fo
                    _read_with_columns)
 ATTACH = Kind("the shared buffers to attach to", b"a", True, encode, _read_pickled)
 CLOSE = Kind("close", b"q", True, _nothing, _read_close)
-DONE = Kind("reply", b"d", False, _sendable_pickle, _read_done)
-DONE_WITH_ROWS = Kind("reply with its envs' private observation rows", b"w", False, _sendable_pickle,
+DONE = Kind("reply", b"d", False, sendable_pickle, _read_done)
+DONE_WITH_ROWS = Kind("reply with its envs' private observation rows", b"w", False, sendable_pickle,
                       _read_done_with_rows)
 UNREADABLE = Kind("the call could not be read", b"x", False, encode, _read_unreadable)
 KINDS = (GROUP_STEP, COUNTED_GROUP_STEP, STEP_OF_SOME, STEP_WITH_ROWS, COUNTED_STEP_WITH_ROWS, CALL, USE_OBS_SLOT,

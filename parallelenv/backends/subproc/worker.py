@@ -15,6 +15,7 @@ import select
 import signal
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -79,6 +80,7 @@ def worker_main(
         group.attach(shared.buffers)
         # The envs and imports live as long as the process: keep the collector from re-scanning them.
         gc.freeze()
+        countdown.attach()
         conn.send_bytes(wire.encode(Ready([])))
         _serve(conn, group, linger_s, countdown)
     except (EOFError, OSError):
@@ -146,8 +148,16 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
     reader = wire.CallReader(group.all_ids, buffers)
     incoming = select.poll()
     incoming.register(conn.fileno(), select.POLLIN)
+    has_mail = incoming.poll if countdown.broadcasts else None
+    countdown.attach()  # done already where the worker started as usual (see worker_main)
     while True:
-        if linger_s:
+        if has_mail is not None:
+            if countdown.wait(lambda: bool(has_mail(0)), linger_s):
+                # A step of the whole group announced in shared memory: the actions are there already.
+                reader.use_obs_slot(countdown.obs_slot)
+                _answer_counted(wire.encode_reply(run(reader.group_step[0]), buffers), countdown, send)
+                continue
+        elif linger_s:
             linger(incoming, linger_s)
         data = recv()
         try:
@@ -160,16 +170,18 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
         if not counted:
             send(wire.encode_reply(run(call), buffers))
             continue
-        reply = wire.encode_reply(run(call), buffers)
-        quiet = wire.is_quiet(reply)
-        # Wake the parent before writing: it sleeps on the countdown, not on
-        # the pipes, so a reply larger than the pipe's buffer would block here
-        # with nobody reading it. Once woken, it reads the pipes of every
-        # worker that said it answers there.
-        if countdown.arrive(quiet):
-            countdown.wake()
-        if not quiet:
-            send(reply)
+        _answer_counted(wire.encode_reply(run(call), buffers), countdown, send)
+
+
+def _answer_counted(reply: bytes, countdown: WorkerCountdown, send: Callable[[bytes], None]) -> None:
+    quiet = wire.is_quiet(reply)
+    # Wake the parent before writing: it sleeps on the countdown, not on
+    # the pipes, so a reply larger than the pipe's buffer would block here
+    # with nobody reading it. Once woken, it reads the pipes of every
+    # worker that said it answers there.
+    countdown.answer(quiet)
+    if not quiet:
+        send(reply)
 
 
 def linger(watched: select.poll, seconds: float) -> None:

@@ -1,0 +1,82 @@
+"""A worker's reply made sendable: what cannot be pickled becomes its env's failure, not a lost reply.
+
+Plain pickle where it can (faster), cloudpickle for what plain pickle
+refuses; a value or observation row that neither can send is dropped and its
+env fails with a message that says why, so that one env's unpicklable info
+never costs the other envs of the worker their answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+from parallelenv.backends import pickling
+from parallelenv.calls import Done, Failure
+
+
+@dataclass(frozen=True)
+class WithRows:
+    """A call or reply (``message``, about ``env_ids``) and those envs' rows of the buffers' private parts."""
+
+    message: Any
+    env_ids: tuple[int, ...]
+    rows: list[Any]
+
+
+def encode(message: Any) -> bytes:
+    """Plain pickle where it can (faster); cloudpickle for what plain pickle refuses."""
+    try:
+        return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return pickling.dumps(message)
+
+
+def sendable_pickle(message: Done | WithRows) -> bytes:
+    try:
+        return encode(message)
+    except Exception:  # an info, attribute, return value or observation that cannot be pickled
+        return encode(_sendable(message))
+
+
+def _sendable(message: Done | WithRows) -> Done | WithRows:
+    """``message`` with each value or observation row that cannot be pickled turned into its env's failure."""
+    if isinstance(message, WithRows):
+        failures, kept = [], []
+        for position, env_id in enumerate(message.env_ids):
+            failure = _unsendable(env_id, message.message, [rows[position] for rows in message.rows], "observation")
+            if failure is None:
+                kept.append(position)
+            else:
+                failures.append(failure)
+        reply = _sendable(_failing(message.message, failures))
+        return WithRows(reply, tuple(message.env_ids[p] for p in kept), [rows[kept] for rows in message.rows])
+    values, failures = {}, []
+    for env_id, value in message.values.items():
+        failure = _unsendable(env_id, message, value, "result")
+        if failure is None:
+            values[env_id] = value
+        else:
+            failures.append(failure)
+    return _failing(Done(message.call_type, message.env_ids, values, message.failures, message.info), failures)
+
+
+def _unsendable(env_id: int, reply: Done, value: Any, what: str) -> Failure | None:
+    try:
+        encode(value)
+    except Exception as exc:
+        failure = Failure.from_exception(env_id, reply.call_type.__name__.lower(), exc)
+        return dataclasses.replace(failure, message=f"its {what} cannot be sent back from the worker process: "
+                                                    f"{failure.message}")
+    return None
+
+
+def _failing(reply: Done, failures: list[Failure]) -> Done:
+    """``reply`` with these envs failing too, their values dropped."""
+    if not failures:
+        return reply
+    failed = {failure.env_index for failure in failures}
+    values = {env_id: value for env_id, value in reply.values.items() if env_id not in failed}
+    return Done(reply.call_type, reply.env_ids, values, (*reply.failures, *failures), reply.info)
