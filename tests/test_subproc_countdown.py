@@ -180,3 +180,27 @@ def test_a_worker_killed_in_a_counted_step_is_healed_and_steps_stay_counted(make
         assert counted_told == [True, True]
         assert obs[:, 1].tolist() == [2 + count, 2 + count, count, count]
     assert len(penv.failures) == 1 and penv.failures[0].env_ids == (2, 3)
+
+
+@pytest.mark.timeout(120)
+def test_a_leader_of_the_wake_up_tree_killed_in_a_step_leaves_no_worker_asleep(make_penv, tmp_path):
+    # Past 8 workers the step reaches most workers through a few leaders
+    # (here 0, 4 and 8 of 12); one killed in a step is replaced, and every
+    # worker steps every step after.
+    penv = make_penv([functools.partial(StallingEnv, tag=i) for i in range(12)], num_workers=12,
+                     asynchronous="restart", on_worker_failure="restart", max_restarts=3)
+    penv.reset(seed=0)
+    penv.step([1] * 12)
+    began = tmp_path / "began"
+    os.mkfifo(began)
+    penv.set_env_attr("stall", str(began), id=[4])
+    victim = host_of(penv.backend, 4)[0]
+    killer = threading.Thread(target=lambda: (open(began).close(), os.kill(victim, signal.SIGKILL)))
+    killer.start()
+    obs, _, _, truncated, _ = penv.step([1] * 12)
+    killer.join()
+    assert obs[:, 1].tolist() == [2] * 4 + [0] + [2] * 7
+    assert truncated.tolist() == [False] * 4 + [True] + [False] * 7
+    for count in range(1, 4):
+        obs, *_ = penv.step([1] * 12)
+        assert obs[:, 1].tolist() == [2 + count] * 4 + [count] + [2 + count] * 7

@@ -70,6 +70,8 @@ class CountedSteps:
             if self._dying is None:
                 self._dying = set()
             self._dying.add(worker.index)
+            # A leader of the wake-up tree may have died before waking the workers after it.
+            self.countdown.ring()
 
     def begin(self) -> None:
         """A counted step is under way, its messages sent by the caller (they carry more than the step)."""
