@@ -204,3 +204,20 @@ def test_a_leader_of_the_wake_up_tree_killed_in_a_step_leaves_no_worker_asleep(m
     for count in range(1, 4):
         obs, *_ = penv.step([1] * 12)
         assert obs[:, 1].tolist() == [2 + count] * 4 + [count] + [2 + count] * 7
+
+
+@pytest.mark.timeout(60)
+def test_without_futexes_counted_steps_go_to_each_pipe(make_penv, counted_told, monkeypatch):
+    # Where the futex call is not there (not Linux), a counted step is written
+    # to every worker's pipe, and the workers sleep on their pipes.
+    from parallelenv.backends.subproc import futex
+
+    monkeypatch.setattr(futex, "AVAILABLE", False)
+    penv = make_penv([counting(tag, 99) for tag in range(4)])
+    assert not penv.backend.countdown.broadcasts
+    penv.reset(seed=0)
+    for count in range(1, 4):
+        counted_told.clear()
+        obs, *_ = penv.step([1, 1, 1, 1])
+        assert counted_told == [True, True]
+        assert obs[:, 1].tolist() == [count] * 4
