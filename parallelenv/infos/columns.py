@@ -103,6 +103,12 @@ def learn(infos: Iterable[dict[str, Any]]) -> tuple[Column, ...]:
 _EVERY_ROW = slice(None)
 
 
+def _fits(value: Any, column: Column) -> bool:
+    """Whether a value of the column's type comes back from it as it is: an array must have the column's
+    dtype and shape, or NumPy would cast it or broadcast it into the row."""
+    return column.kind is not np.ndarray or (value.dtype == column.dtype and value.shape == column.shape)
+
+
 def _count(rows: slice | list[int]) -> int:
     return rows.stop - rows.start if type(rows) is slice else len(rows)
 
@@ -132,13 +138,13 @@ class InfoColumns:
             self._values.append(self._cells[start:start + nbytes].view(column.dtype).reshape(n, *column.shape))
         # Column j's mask is row j of ``present``: every mask is in the first rows, read as one block.
         self._by_key = {
-            column.key: (column.kind, values, self._present[j])
+            column.key: (column.kind, values, self._present[j], column)
             for j, (column, values) in enumerate(zip(self.columns, self._values, strict=True))
         }
         self._keys = tuple(column.key for column in self.columns)
         self._mask_keys = tuple("_" + key for key in self._keys)
         self._all_set = b"\x01" * (len(self.columns) * n)
-        self._kinds_and_values = [(column.kind, values)
+        self._kinds_and_values = [(column, values)
                                   for column, values in zip(self.columns, self._values, strict=True)]
         self._masks = self._present[:len(self.columns)]
         self._values_of = self._getter(self._keys)
@@ -168,7 +174,7 @@ class InfoColumns:
             rest = None
             for key, value in info.items():
                 column = by_key.get(key)
-                if column is not None and type(value) is column[0]:
+                if column is not None and type(value) is column[0] and _fits(value, column[3]):
                     try:
                         column[1][env_id] = value
                         column[2][env_id] = True
@@ -193,9 +199,10 @@ class InfoColumns:
         try:
             # Each env's values in the columns' order, then a column's values over the envs.
             table = [self._values_of(info) for info in infos]
-            for (kind, values), column in zip(self._kinds_and_values, zip(*table, strict=True), strict=True):
-                if set(map(type, column)) != {kind}:
-                    raise TypeError(kind)
+            for (layout, values), column in zip(self._kinds_and_values, zip(*table, strict=True), strict=True):
+                if set(map(type, column)) != {layout.kind} or (
+                        layout.kind is np.ndarray and not all(_fits(value, layout) for value in column)):
+                    raise TypeError(layout.kind)
                 values[rows] = column
         except (KeyError, TypeError, ValueError, OverflowError):  # a key missing, of another type or shape
             return False

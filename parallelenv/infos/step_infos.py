@@ -89,9 +89,13 @@ class StepInfo:
                     info["_" + key] = mask
                 continue
             entries = {p: {key: each[key]} for p, each in _by_position(ids, self.per_env) if key in each}
-            kind = kinds.get(key)
+            kind, own = kinds.get(key), self.own or {}
             for p in np.flatnonzero(mask).tolist():
-                entries[p] = {key: value[p] if kind is None else as_kind(kind, value[p])}
+                env_own = own.get(int(ids[p])) if own else None
+                if env_own is not None and key in env_own:  # a value the join cast: as the env gave it
+                    entries[p] = {key: env_own[key]}
+                else:
+                    entries[p] = {key: value[p] if kind is None else as_kind(kind, value[p])}
             merged = vector_info(sorted(entries.items(), key=_first), len(ids))
             info[key], info["_" + key] = merged[key], merged["_" + key]
 
@@ -151,6 +155,8 @@ class PendingInfos:
 
     def take_whole_step(self, reply: Done, everyone: Selection) -> StepInfo:
         """The infos of a step of every env that came as ``reply`` alone, with nothing else pending."""
+        if reply.info is None and self._columns is None:  # an in-caller backend's step
+            return StepInfo(reply.values) if reply.values else NO_INFO
         batched, kinds = self._with_columns(reply.info, reply.info_kinds, everyone)
         return StepInfo(reply.values, batched, kinds)
 

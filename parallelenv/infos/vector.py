@@ -17,6 +17,7 @@ from parallelenv.arrays import to_numpy
 
 _SCALARS = (bool, int, float)
 _OBJECT = np.dtype(object)
+_FLOAT64 = np.dtype(np.float64)
 
 
 def _empty_like(value: Any, n: int) -> np.ndarray:
@@ -42,8 +43,12 @@ def add_info(vector: dict[str, Any], info: dict[str, Any], position: int, n: int
             elif isinstance(array, dict):  # nested for the envs before, not for this one: each env's own value
                 array = _nested_as_objects(array, vector["_" + key], n)
             try:
-                array[position] = value
-            except (ValueError, TypeError, OverflowError):  # unlike the first value seen, or past its dtype: objects
+                dtype = array.dtype
+                if type(value) is int or dtype.kind not in "iuf" or (type(value) is float and dtype is _FLOAT64):
+                    array[position] = value  # nothing lost, or NumPy raises: nearly every value
+                else:
+                    _put_unless_lossy(array, position, value)
+            except (ValueError, TypeError, OverflowError, FloatingPointError):  # unlike the first value seen, or past its dtype: objects
                 array = array.astype(object) if array.ndim == 1 else _as_object(array)
                 array[position] = value
         mask = vector.get("_" + key)
@@ -52,6 +57,18 @@ def add_info(vector: dict[str, Any], info: dict[str, Any], position: int, n: int
         mask[position] = True
         vector[key], vector["_" + key] = array, mask
     return vector
+
+
+def _put_unless_lossy(array: np.ndarray, position: int, value: Any) -> None:
+    """``array[position] = value``, or a TypeError where NumPy would only warn of what the cast loses:
+    a complex's imaginary part, a float past a float16's range, a NaN or an inf into ints."""
+    if isinstance(value, complex | np.complexfloating) or (isinstance(value, np.ndarray) and value.dtype.kind == "c"):
+        raise TypeError(value)
+    with np.errstate(over="raise", invalid="raise"):
+        try:
+            array[position] = value
+        except FloatingPointError as lossy:
+            raise TypeError(value) from lossy
 
 
 def _nested_as_objects(nested: dict[str, Any], mask: np.ndarray, n: int) -> np.ndarray:
