@@ -51,6 +51,8 @@ class InFlight:
         n = self.num_envs = backend.num_envs
         self.backend = backend
         self._buffers = backend.buffers
+        # How results reach the caller: fixed once the backend is built and ParallelEnv has said copy=.
+        self.handover = backend.buffers.handover
         # A backend that runs each call in the caller's thread has nothing to wait for.
         self.answers_in_dispatch = isinstance(backend, RunsInCaller)
         self.policy = policy
@@ -210,7 +212,7 @@ class InFlight:
         """The outcome of a step whose READY envs ``ready`` were received: their results, out of the buffers."""
         add_ended(received, self._buffers.ended, self._buffers.ended_obs, ready)
         self.last_step_info = received.info
-        results = self._buffers.handover.step_results(self.arrays, self._buffers, ready, self.policy.tracks_finished)
+        results = self.handover.step_results(self.arrays, self._buffers, ready, self.policy.tracks_finished)
         return Outcome(ready, failures, received, results)
 
     def _receive(self, selection: Selection) -> Received:
@@ -239,7 +241,7 @@ class InFlight:
     def _dispatch(self, call: Call, selection: Selection) -> None:
         if self.ledger.dispatched(selection, time.monotonic()):
             step_of_every_env = call is self.step_everyone or call is self.awaited_step_everyone
-            self._buffers.handover.before_whole_call(self._buffers, step_of_every_env)
+            self.handover.before_whole_call(self._buffers, step_of_every_env)
         try:
             self.backend.dispatch(call)
         except WorkerDiedError as died:

@@ -6,7 +6,7 @@ mask the front object passes, without ever calling into those envs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ NONE_RESULT: tuple[Any, ...] = (None, None, True, False, {})
 StepArrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # reward, terminated, truncated
 
 
-@dataclass
+@dataclass(slots=True)
 class Received:
     """What the replies said of the envs handed over, besides the buffers' rows."""
 
@@ -33,7 +33,7 @@ class Received:
     ended_state: np.ndarray | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     """What a call handed over: the envs that answered, what they answered, and the failures of the others.
 
@@ -46,19 +46,19 @@ class Outcome:
     failures: list[Failure]
     received: Received | None = None
     results: tuple[Any, ...] | None = None
-    values: dict[int, Any] = field(default_factory=dict)
+    values: dict[int, Any] | None = None  # None for a step: no env answers with a value
 
 
 def shaped(outcome: Outcome, align: str, with_env_id: bool, arrays: NumpyArrays) -> Any:
     """The results of a step, recv or reset's ``outcome`` as ``align`` shapes them; None where no env
     answered. ``with_env_id``: ``info["env_id"]`` says which envs answered (always beside failures)."""
-    if outcome.results is None:
+    results = outcome.results
+    if results is None:
         return None
-    obs, *step_arrays = outcome.results
     answered = outcome.answered.ids
     env_ids = answered if with_env_id or outcome.failures else None
     assemble = batch_results if align == "batch" else item_results
-    return assemble(obs, tuple(step_arrays) or None, answered, outcome.received, arrays, env_ids=env_ids)
+    return assemble(results[0], results[1:] or None, answered, outcome.received, arrays, env_ids=env_ids)
 
 
 def add_ended(received: Received, ended: np.ndarray | None, ended_obs: Any, selection: Selection) -> None:
@@ -66,7 +66,7 @@ def add_ended(received: Received, ended: np.ndarray | None, ended_obs: Any, sele
     of ended episodes (``Buffers.ended``, ``Buffers.ended_obs``), if any."""
     if ended is None:
         return
-    mask = ended[selection.rows]
+    mask = ended if selection.everyone else ended[selection.rows]
     if not np.count_nonzero(mask):  # a third of the cost of mask.any() on a few envs
         return
     # Row by row: few episodes end in a step, and NumPy's boolean and fancy

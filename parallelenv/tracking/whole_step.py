@@ -58,8 +58,9 @@ class WholeSteps:
             if sent is None:  # a worker died and was replaced: the step is in the ledger, and the rest to come
                 return None
             sent_at, replies = sent
-        if len(replies) == 1 and not replies[0].failures and replies[0].env_ids == everyone.env_ids:
-            reply = replies[0]
+        reply = replies[0] if len(replies) == 1 else None
+        if reply is not None and not reply.failures and (reply.env_ids is everyone.env_ids
+                                                         or reply.env_ids == everyone.env_ids):
             if tracker.policy.tracks_finished:  # none was finished before this step; some may be now
                 tracker.track_finished(everyone.rows, reply)
             return tracker.handed_over(everyone, [], Received(tracker.infos.take_whole_step(reply, everyone), None))
@@ -74,7 +75,7 @@ class WholeSteps:
         healing survives returns None, the step in the ledger, as the general path would go on."""
         tracker = self._tracker
         backend = tracker.backend
-        backend.buffers.handover.before_whole_call(backend.buffers, True)
+        tracker.handover.before_whole_call(backend.buffers, True)
         sent_at = time.monotonic()
         try:
             backend.dispatch(tracker.awaited_step_everyone)
