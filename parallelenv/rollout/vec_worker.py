@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -12,9 +10,9 @@ import numpy as np
 
 from parallelenv import arguments
 from parallelenv.arrays import Tree, copy_tree, first_leaf, is_tensor, put_rows, to_numpy, to_torch
-from parallelenv.batching import check_batch
 from parallelenv.extras import missing_extra
 from parallelenv.parallel_env import ParallelEnv
+from parallelenv.rollout.agent import agent_actions, updated_agent
 from parallelenv.rollout.episode_record import EpisodeRecord
 from parallelenv.rollout.overlap import CollectsOverlapped
 from parallelenv.rollout.settling import Settled, Settler
@@ -148,19 +146,7 @@ class VecWorker(CollectsOverlapped):
                 ``state_dict()``); anything else goes to the agent's
                 ``set_param_values`` method, where it has one.
         """
-        agent = self.policy
-        if callable(policy_or_params):
-            self.policy = policy_or_params
-        elif isinstance(policy_or_params, Mapping) and hasattr(agent, "load_state_dict"):
-            agent.load_state_dict(policy_or_params)
-        elif hasattr(agent, "set_param_values"):
-            agent.set_param_values(policy_or_params)
-        else:
-            raise TypeError(
-                f"cannot update a {type(agent).__name__} policy with a {type(policy_or_params).__name__}: "
-                "pass a new callable, a state dict for a policy with load_state_dict, or parameters "
-                "for a policy with set_param_values"
-            )
+        self.policy = updated_agent(self.policy, policy_or_params)
 
     def update_env(self, updates: Mapping[int, Any]) -> None:
         """Replace envs, or set their attributes, by env index.
@@ -372,20 +358,9 @@ class VecWorker(CollectsOverlapped):
     def _act(self, obs: Tree, rows: slice | np.ndarray) -> tuple[Tree, Tree]:
         """The agent's actions for the envs of ``rows`` (every env's slice, or a half's ids): as
         recorded (output format) and as the ParallelEnv takes them."""
-        agent = self.policy
-        torch = sys.modules.get("torch")
-        with torch.no_grad() if torch is not None else contextlib.nullcontext():
-            action = agent(obs)
-        if self._env_is_torch:
-            env_action = to_torch(action, self._env_device)
-        else:
-            ids = np.arange(self.num_envs)[rows]
-            try:
-                env_action = check_batch(self.penv.single_action_space, to_numpy(action), len(ids),
-                                         what="the policy's actions")
-            except (TypeError, ValueError) as exc:
-                called_on = "" if len(ids) == self.num_envs else f", called on envs {_named(ids)}"
-                raise type(exc)(f"{exc} (policy {agent!r}{called_on})") from None
+        env_device = self._env_device if self._env_is_torch else None
+        action, env_action = agent_actions(self.policy, obs, np.arange(self.num_envs)[rows], self.num_envs,
+                                           self.penv.single_action_space, self._env_is_torch, env_device)
         return self._out(action), env_action
 
     # ------------------------------------------------------------------ formats
@@ -401,12 +376,6 @@ class VecWorker(CollectsOverlapped):
                 device = self._env_device or "cpu"
             return to_torch(tree, device)
         return to_numpy(tree)
-
-
-def _named(ids: np.ndarray) -> str:
-    """Env ids for an error message: the first few of many."""
-    shown = ids[:6].tolist()
-    return str(shown) if len(ids) <= 6 else f"{str(shown)[:-1]}, ... ({len(ids)} envs)]"
 
 
 def _progress(steps: Iterable[int], show: bool) -> Iterator[int]:
