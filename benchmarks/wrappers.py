@@ -475,10 +475,16 @@ register("sb3-subproc", SUBPROCESS, requires=("stable_baselines3",), quick=False
 class TianshouRunner(Runner):
     """Tianshou venvs leave resets to the caller, as its Collector does."""
 
-    def __init__(self, factories: Sequence[EnvFactory], ray_workers: bool) -> None:
-        from tianshou.env import RayVectorEnv, ShmemVectorEnv
+    def __init__(self, factories: Sequence[EnvFactory], ray_workers: bool = False, kind: str = "shmem") -> None:
+        from tianshou.env import RayVectorEnv, ShmemVectorEnv, SubprocVectorEnv
 
-        venv_class = RayVectorEnv if ray_workers else ShmemVectorEnv
+        if kind == "parallelenv":  # our adapter of Tianshou's interface, over subproc
+            from parallelenv import ParallelEnv
+            from parallelenv.integrations.tianshou import TianshouVectorEnv
+
+            self.venv = TianshouVectorEnv(ParallelEnv(list(factories), para_mode="subproc", asynchronous="idle"))
+            return
+        venv_class = RayVectorEnv if ray_workers else SubprocVectorEnv if kind == "subproc" else ShmemVectorEnv
         self.venv = venv_class(list(factories))
 
     def reset(self, seed: int) -> None:
@@ -498,6 +504,13 @@ class TianshouRunner(Runner):
 register("tianshou-shmem", SUBPROCESS, requires=("tianshou",), quick=False,
          note="ShmemVectorEnv; the caller resets finished envs, as its Collector does")(
     functools.partial(TianshouRunner, ray_workers=False))
+register("tianshou-subproc", SUBPROCESS, requires=("tianshou",), quick=False,
+         note="SubprocVectorEnv; the caller resets finished envs, as its Collector does")(
+    functools.partial(TianshouRunner, kind="subproc"))
+register("parallelenv-tianshou", SUBPROCESS, ours=True, requires=("parallelenv", "tianshou"), quick=False,
+         note="integrations.tianshou.TianshouVectorEnv over subproc (asynchronous='idle'); the caller resets "
+              "finished envs, as Tianshou's Collector does")(
+    functools.partial(TianshouRunner, kind="parallelenv"))
 register("tianshou-ray", RAY, requires=("tianshou", "ray"), quick=False, session=ray_cluster,
          workloads=frozenset({"cartpole8"}), note="RayVectorEnv; the caller resets finished envs")(
     functools.partial(TianshouRunner, ray_workers=True))
