@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from parallelenv.arrays import import_torch, to_torch, tree_map
+from parallelenv.arrays import import_torch, to_torch, torch_device, tree_map
 
 if TYPE_CHECKING:
     from parallelenv.backends.base import Backend
@@ -40,30 +40,6 @@ def converter(output: Any, device: Any, native_output: str, backend: Backend, pa
     if native_output == "torch" and output == "numpy":
         raise ValueError(f"output='numpy': the results of para_mode={para_mode!r} are torch tensors")
     return None
-
-
-def torch_device(device: Any, needed_for: str = "device=") -> Any:
-    """``device`` as a ``torch.device``, or a ValueError saying why this machine cannot give it.
-
-    Torch itself answers a CUDA device it cannot give with an
-    ``AssertionError("Torch not compiled with CUDA enabled")`` from deep in its
-    lazy init, at the first tensor made there: this says which argument asked
-    for it, whether torch or the machine lacks CUDA, and what to do instead.
-    """
-    torch = import_torch(needed_for)
-    checked = torch.device(device)
-    if checked.type != "cuda":
-        return checked
-    if not torch.backends.cuda.is_built():
-        why = (f"this torch ({torch.__version__}) is a CPU-only build. Install a CUDA build of torch "
-               "(https://pytorch.org/get-started/locally/)")
-    elif not torch.cuda.is_available():
-        why = ("torch finds no CUDA GPU on this machine (no GPU or driver, or CUDA_VISIBLE_DEVICES hides them)")
-    elif checked.index is not None and checked.index >= torch.cuda.device_count():
-        why = f"this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from 0"
-    else:
-        return checked
-    raise ValueError(f"{needed_for}{str(device)!r} asks for a CUDA GPU, but {why}, or pass device='cpu'")
 
 
 class TorchOutput:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from parallelenv.output import torch_device
+from parallelenv.arrays import torch_device
 from parallelenv.tensor.random import CounterRNG
 
 StepTensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
