@@ -18,6 +18,7 @@ from parallelenv.arrays import to_numpy
 _SCALARS = (bool, int, float)
 _OBJECT = np.dtype(object)
 _FLOAT64 = np.dtype(np.float64)
+_PYTHON_NUMBERS = (int, float)
 
 
 def _empty_like(value: Any, n: int) -> np.ndarray:
@@ -44,7 +45,9 @@ def add_info(vector: dict[str, Any], info: dict[str, Any], position: int, n: int
                 array = _nested_as_objects(array, vector["_" + key], n)
             try:
                 dtype = array.dtype
-                if type(value) is int or dtype.kind not in "iuf" or (type(value) is float and dtype is _FLOAT64):
+                kind = type(value)
+                if dtype.kind not in "iuf" or (dtype is _FLOAT64 and kind in _PYTHON_NUMBERS) or (
+                        kind is int and dtype.kind != "f"):
                     array[position] = value  # nothing lost, or NumPy raises: nearly every value
                 else:
                     _put_unless_lossy(array, position, value)
