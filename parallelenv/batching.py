@@ -336,7 +336,7 @@ def batch_checker(space: spaces.Space, what: str = "actions") -> Callable[[Any, 
     casts: dict[np.dtype, bool] = {}
 
     def check(values: Any, n: int) -> Batched:
-        if type(values) is np.ndarray and values.shape[1:] == row_shape and values.shape[:1] == (n,):
+        if type(values) is np.ndarray and values.shape == (n, *row_shape):
             safe = casts.get(values.dtype)
             if safe is None:
                 safe = casts[values.dtype] = bool(np.can_cast(values.dtype, target, casting="same_kind"))

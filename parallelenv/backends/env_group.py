@@ -166,7 +166,8 @@ class EnvGroup:
         if columns is not None and columns.columns:
             values = columns.write(stepped, ids, infos)
         else:
-            values = {env_id: info for env_id, info in zip(ids, infos, strict=True) if info}
+            # Most steps of most envs have no info: one C-level pass says so before any dict is built.
+            values = {env_id: info for env_id, info in zip(ids, infos, strict=True) if info} if any(infos) else {}
         return Done(Step, call.env_ids, values, tuple(failures))
 
     def _restarted(self, env_id: int, env: gym.Env, result: tuple) -> tuple:
