@@ -32,28 +32,36 @@ def _empty_like(value: Any, n: int) -> np.ndarray:
     return np.full(n, None, dtype=object)
 
 
-def add_info(vector: dict[str, Any], info: dict[str, Any], position: int, n: int) -> dict[str, Any]:
-    """Merge one env's ``info`` into ``vector`` at ``position``; returns ``vector``."""
+def add_info(vector: dict[str, Any], info: dict[str, Any], position: int, n: int,
+             made_for: dict[str, type | None] | None = None) -> dict[str, Any]:
+    """Merge one env's ``info`` into ``vector`` at ``position``; returns ``vector``.
+
+    ``made_for``: by key, the type of value whose every instance its array takes whole (None: check
+    each), kept by :func:`vector_info` across the envs it merges, so that the common value, of the
+    type its key's array was made for, goes in with no check.
+    """
+    if made_for is None:
+        made_for = {}
     for key, value in info.items():
         array: Any = vector.get(key)
-        if isinstance(value, dict) and (array is None or isinstance(array, dict)):
-            array = add_info({} if array is None else array, value, position, n)
-        else:
-            if array is None:
-                array = _empty_like(value, n)
-            elif isinstance(array, dict):  # nested for the envs before, not for this one: each env's own value
-                array = _nested_as_objects(array, vector["_" + key], n)
-            try:
-                dtype = array.dtype
-                kind = type(value)
-                if dtype.kind not in "iuf" or (dtype is _FLOAT64 and kind in _PYTHON_NUMBERS) or (
-                        kind is int and dtype.kind != "f"):
-                    array[position] = value  # nothing lost, or NumPy raises: nearly every value
-                else:
-                    _put_unless_lossy(array, position, value)
-            except (ValueError, TypeError, OverflowError, FloatingPointError):  # unlike the first value seen, or past its dtype: objects
-                array = array.astype(object) if array.ndim == 1 else _as_object(array)
-                array[position] = value
+        kind = type(value)
+        try:
+            if array is not None and made_for.get(key) is kind:
+                array[position] = value  # nearly every value: the type its array was made for
+            elif isinstance(value, dict) and (array is None or isinstance(array, dict)):
+                array = add_info({} if array is None else array, value, position, n)
+            else:
+                if array is None:
+                    array = _empty_like(value, n)
+                    made_for[key] = kind if _always_safe(kind, array.dtype) else None
+                elif isinstance(array, dict):  # nested for the envs before, not for this one: each env's own value
+                    array = _nested_as_objects(array, vector["_" + key], n)
+                    made_for[key] = None
+                _put_unless_lossy(array, position, value)
+        except (ValueError, TypeError, OverflowError, FloatingPointError):  # unlike the first value, or past its dtype
+            array = array.astype(object) if array.ndim == 1 else _as_object(array)
+            made_for[key] = None
+            array[position] = value
         mask = vector.get("_" + key)
         if mask is None:
             mask = np.zeros(n, dtype=bool)
@@ -62,9 +70,33 @@ def add_info(vector: dict[str, Any], info: dict[str, Any], position: int, n: int
     return vector
 
 
+# (type of a value, dtype of the array it goes into): whether NumPy's cast can lose nothing silently.
+_SAFE_CASTS: dict[tuple[type, np.dtype], bool] = {}
+
+
+def _always_safe(kind: type, dtype: np.dtype) -> bool:
+    """Whether every value of type ``kind`` goes into an array of ``dtype`` whole, or NumPy raises."""
+    pair = (kind, dtype)
+    safe = _SAFE_CASTS.get(pair)
+    if safe is None:
+        safe = _SAFE_CASTS[pair] = _judged_safe(kind, dtype)
+    return safe
+
+
+def _judged_safe(kind: type, dtype: np.dtype) -> bool:
+    if dtype.kind not in "iuf":
+        return True
+    if issubclass(kind, np.generic):
+        return np.dtype(kind) == dtype
+    return (dtype == _FLOAT64 and kind in _PYTHON_NUMBERS) or (kind is int and dtype.kind != "f")
+
+
 def _put_unless_lossy(array: np.ndarray, position: int, value: Any) -> None:
     """``array[position] = value``, or a TypeError where NumPy would only warn of what the cast loses:
     a complex's imaginary part, a float past a float16's range, a NaN or an inf into ints."""
+    if _always_safe(type(value), array.dtype):
+        array[position] = value
+        return
     if isinstance(value, complex | np.complexfloating) or (isinstance(value, np.ndarray) and value.dtype.kind == "c"):
         raise TypeError(value)
     with np.errstate(over="raise", invalid="raise"):
@@ -96,9 +128,10 @@ def _as_object(array: np.ndarray) -> np.ndarray:
 def vector_info(infos: Iterable[tuple[int, dict[str, Any]]], n: int) -> dict[str, Any]:
     """Merge ``(position, info)`` pairs for ``n`` envs into one vector info."""
     vector: dict[str, Any] = {}
+    made_for: dict[str, type | None] = {}
     for position, info in infos:
         if info:
-            add_info(vector, info, position, n)
+            add_info(vector, info, position, n, made_for)
     return vector
 
 
