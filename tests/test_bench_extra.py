@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 import re
 import subprocess
 import sys
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 
@@ -101,10 +103,14 @@ def test_the_bench_extra_installs_what_every_workload_and_peer_imports():
     reached, _ = installable(bench_requirements())
     modules = _import_all()
     assert modules is not None, "the workloads and peers failed to import with every package installed here"
+    # Distributions of this interpreter's own site-packages only: another one's, on a path some process
+    # of the session left behind, would claim modules that packages here vendor (Ray's colorama).
+    site_dirs = {str(Path(sysconfig.get_paths()[key]).resolve()) for key in ("purelib", "platlib")}
     provides: dict[str, set[str]] = {}
     for module, dists in metadata.packages_distributions().items():
         for dist in dists:
-            provides.setdefault(canonicalize_name(dist), set()).add(module)
+            if str(Path(metadata.distribution(dist).locate_file("")).resolve()) in site_dirs:
+                provides.setdefault(canonicalize_name(dist), set()).add(module)
     ours = {"parallelenv", "benchmarks"}  # from the checkout (other packages ship a "benchmarks" too)
     loaded = {dist for dist, names in provides.items() if names & (set(modules) - ours - sys.stdlib_module_names)}
     # A package imported where it is installed but not needed (``try: import orjson``) is no requirement:
@@ -118,8 +124,11 @@ def test_the_bench_extra_installs_what_every_workload_and_peer_imports():
 def _import_all(hide: set[str] = frozenset()) -> list[str] | None:
     """The top-level modules that building the workloads' envs and importing the peers loads, in a fresh
     interpreter where the modules ``hide`` are not importable; None if that fails."""
+    # Without the PYTHONPATH other tests' processes leave behind (the Ray cluster's import path may
+    # carry another interpreter's site-packages): fresh means only what a bench install would have.
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-c", IMPORT_ALL, *sorted(hide)], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+                          timeout=120, cwd=ROOT, env=env)
     return json.loads(done.stdout.splitlines()[-1]) if done.returncode == 0 else None
 
 
