@@ -215,6 +215,14 @@ class RenderingEnv(CountingEnv):
         return np.full((2, 3, 3), self.tag * 10 + self.count, dtype=np.uint8)
 
 
+class SlowToBuildEnv(CountingEnv):
+    """Takes ``build_s`` seconds to build, as a simulator that loads its assets does."""
+
+    def __init__(self, tag: int, build_s: float, episode_length: int = 3) -> None:
+        super().__init__(tag, episode_length)
+        time.sleep(build_s)  # the env's own cost, not a wait on the test's side
+
+
 def counting(tag: int = 0, episode_length: int = 3, terminate: bool = True) -> Any:
     """A picklable factory of a CountingEnv."""
     return lambda: CountingEnv(tag, episode_length, terminate)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import HAS_RAY, HAS_TORCH, TESTS_DIR, assert_gone
-from envs import DelayEnv, FaultyEnv, counting
+from envs import DelayEnv, FaultyEnv, SlowToBuildEnv, counting
 
 from parallelenv import ClosedError, ParallelEnv, WorkerDiedError, WorkerStartError
+from parallelenv.backends import progress
 from parallelenv.healing import WORKER_HUNG
 from parallelenv.pool import PoolWorkerError, RolloutPool
 from parallelenv.rollout import VecWorker
@@ -246,6 +248,17 @@ def broken_factory():
 
 
 @pytest.mark.timeout(180)
+def test_a_slow_start_says_how_many_workers_have_started(no_leaks, capfd, monkeypatch):
+    monkeypatch.setattr(progress, "PROGRESS_EVERY_S", 0.2)
+    envs = [lambda: SlowToBuildEnv(0, 0.0), lambda: SlowToBuildEnv(1, 2.0)]  # the second worker starts later
+    with RolloutPool(envs, make_policy(), num_workers=2, backend="processes") as pool:
+        assert pool.num_envs == 2
+    lines = [line for line in capfd.readouterr().err.splitlines() if "pool workers" in line]
+    assert lines and all(re.match(r"parallelenv: started [01] of 2 pool workers \(processes\) \(\d+ s\)$", line)
+                         for line in lines), lines
+
+
+@pytest.mark.timeout(180)
 def test_envs_that_fail_to_build_name_the_worker_and_nothing_is_left(no_leaks):
     envs = [counting(0), counting(1), broken_factory, counting(3)]
     with pytest.raises(PoolWorkerError) as raised:
@@ -309,10 +322,13 @@ def test_a_pool_waiting_for_busy_cpus_says_so_and_does_not_start(ray_session, no
     group = placement_group([{"CPU": 2}])  # every CPU of the session's cluster, as another job's actors hold them
     ray_session.get(group.ready(), timeout=30)
     try:
-        with pytest.raises(PoolWorkerError, match="did not start within start_timeout=2 s"):
+        with pytest.raises(PoolWorkerError, match="did not start within start_timeout=2 s") as caught:
             RolloutPool(envs_of(4), make_policy(), num_workers=2, backend="ray", start_timeout=2)
     finally:
         remove_placement_group(group)
+    # What it waited for, beside what the cluster has: the placement group holds both CPUs.
+    assert "1 Ray actor asks 1 CPU; the Ray cluster has 2 CPUs, 0 CPUs free now" in str(caught.value), caught.value
+    assert "died" not in str(caught.value)
     said = [record.getMessage() for record in caplog.records if "waiting" in record.getMessage()]
     assert len(said) == 1 and "waiting up to the pool's start_timeout for other actors or tasks to free 1 CPU" in said[0]
 

@@ -23,10 +23,11 @@ from typing import Any
 import psutil
 import pytest
 from conftest import HAS_RAY, assert_gone
-from envs import CountingEnv, counting
+from envs import CountingEnv, SlowToBuildEnv, counting
 
 import parallelenv
 from parallelenv import ParallelEnv, ParallelEnvError, WorkerDiedError, WorkerStartError
+from parallelenv.backends import progress
 from parallelenv.backends.ray import cluster as ray_cluster
 from parallelenv.backends.ray import resources as ray_resources
 from parallelenv.backends.ray.cluster import shutdown_ray
@@ -48,14 +49,6 @@ class ClosingEnv(CountingEnv):
 
     def close(self) -> None:
         Path(self.closed_dir, f"closed{self.tag}").touch()
-
-
-class SlowToBuildEnv(CountingEnv):
-    """Takes ``build_s`` seconds to build, as a simulator that loads its assets does."""
-
-    def __init__(self, tag: int, build_s: float) -> None:
-        super().__init__(tag)
-        time.sleep(build_s)  # the env's own cost, not a wait on the test's side
 
 
 # ---------------------------------------------------------------- in the test session
@@ -158,7 +151,7 @@ def test_actors_that_did_not_start_leave_nothing_holding_the_cluster(ray_session
 
 @pytest.mark.timeout(120)
 def test_a_slow_start_says_how_many_actors_have_started(ray_session, no_leaks, capfd, monkeypatch):
-    monkeypatch.setattr(ray_resources, "PROGRESS_EVERY_S", 0.2)
+    monkeypatch.setattr(progress, "PROGRESS_EVERY_S", 0.2)
     monkeypatch.setattr(ray_resources, "WAIT_POLL_S", 0.1)
     envs = [lambda i=i: SlowToBuildEnv(i, 1.5 * i) for i in range(2)]  # the second actor starts later
     with ParallelEnv(envs, para_mode="ray") as penv:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parallelenv.backends.ray import cluster as ray_cluster
-from parallelenv.backends.ray.resources import Ask, check, places_itself, say_waiting
+from parallelenv.backends.ray.resources import Ask, check, places_itself, say_waiting, standing
 from parallelenv.pool.host import WorkerHost
 from parallelenv.pool.messages import Close, Died, Failed, Reply, SetWeights, WorkerSpec
 from parallelenv.pool.weights import Update
@@ -81,6 +81,13 @@ class ActorFleet:
         if waiting is not None and not self._said_waiting:
             say_waiting(waiting)
             self._said_waiting = True
+
+    def not_started(self, timeout: float) -> str:
+        """Why a worker that has not started within ``timeout`` seconds may still wait: what it asks of the
+        cluster beside what the cluster has free."""
+        return (f"it did not start within start_timeout={timeout:g} s. {standing(self._ray, Ask.of(self._options, 1))}: "
+                "other actors or tasks hold what it waits for, or its envs and policy take longer than that to "
+                "build (raise start_timeout)")
 
     def publish(self, version: int, update: Update) -> tuple[SetWeights, Any]:
         """Once per update: one ``ray.put``, whose reference every actor's request carries."""

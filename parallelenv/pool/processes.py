@@ -72,6 +72,9 @@ class ProcessFleet:
         self._workers.append(ProcessWorker(process, parent_conn))
         return self._workers[-1]
 
+    def not_started(self, timeout: float) -> str:
+        return f"it did not start within start_timeout={timeout:g} s (its envs and policy take longer to build?)"
+
     def publish(self, version: int, update: Update) -> tuple[SetWeights, Any]:
         """Once per update: the request each worker gets, and its payload (none: it travels in the request)."""
         if update.kind == "state" and self._shared is not None:

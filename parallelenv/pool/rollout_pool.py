@@ -19,6 +19,7 @@ import numpy as np
 
 from parallelenv.backends.env_sources import env_list, pickle_sources
 from parallelenv.backends.partition import Groups
+from parallelenv.backends.progress import StartProgress
 from parallelenv.errors import ClosedError
 from parallelenv.healing import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW_S, WORKER_DIED, WORKER_HUNG, Healing
 from parallelenv.pool.checks import check_arguments, check_count, make_fleet
@@ -151,7 +152,10 @@ class RolloutPool:
             for index, ids in enumerate(groups):
                 self._slots.append(_Slot(index, tuple(ids), None))
                 self._start(self._slots[-1])
-            self._pump(lambda: all(slot.started for slot in self._slots))
+            progress = StartProgress(len(self._slots), f"pool workers ({self._fleet.name})")
+            while (started := sum(slot.started for slot in self._slots)) < len(self._slots):
+                progress.show(started)
+                self._pump_once()
         except BaseException:
             self.close()
             raise
@@ -337,9 +341,9 @@ class RolloutPool:
         now = time.monotonic()
         for slot in self._slots:  # a replacement Ray cannot place (no resources left) must not wait forever
             if not slot.started and slot.sent and now - slot.sent[0].when > self._start_timeout:
+                why = self._fleet.not_started(self._start_timeout)  # before the close: it may read the cluster
                 self.close()
-                raise PoolWorkerError(slot.index, slot.env_ids, "building its envs and policy", "TimeoutError",
-                                      f"it did not start within start_timeout={self._start_timeout:g} s")
+                raise PoolWorkerError(slot.index, slot.env_ids, "building its envs and policy", "TimeoutError", why)
         if self.call_timeout is not None:
             for slot in self._slots:
                 if slot.sent and slot.started and now - slot.sent[0].when > self.call_timeout:

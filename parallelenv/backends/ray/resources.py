@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from parallelenv.backends.progress import StartProgress
 from parallelenv.errors import WorkerStartError
 
 # Ray keeps resources to 1e-4; a share computed as 2/3 must not count as more than it is.
@@ -29,7 +29,6 @@ SLACK = 1e-6
 DEFAULT_ACTOR_CPUS = 1.0
 RESOURCE_OPTIONS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 WAIT_POLL_S = 1.0  # how often a start looks at the clock and the count of started actors
-PROGRESS_EVERY_S = 5.0  # a slow start prints a line at most this often
 # A start that was short of resources says so if it still waits after this (or half its start_timeout):
 # the actors of a ParallelEnv closed just before free theirs a moment after the close returns.
 SAID_WAITING_AFTER_S = 5.0
@@ -79,13 +78,10 @@ def check(ray: Any, ask: Ask, env_ids: Sequence[int], timeout: float | None, lim
     """Raise :class:`WorkerStartError` if the cluster can never hold ``ask``; else what it waits for
     (None when the cluster has it free now), for ``timeout`` seconds at most (or as ``limit`` says)."""
     nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
-    cluster, free = ray.cluster_resources(), ray.available_resources()
-    asked = ask.total()
-    known = {name: cluster.get(name, 0.0) for name in asked}
-    free_now = {name: free.get(name, 0.0) for name in asked}
+    asked, known, free_now = _standing(ray, ask)
     room = sum(ask.room_on(node) for node in nodes)
     if room < ask.actors:
-        missing = [name for name in ask.per_actor if name not in cluster]
+        missing = [name for name in ask.per_actor if not known[name]]
         if missing:
             has = f"no {', '.join(repr(name) for name in missing)} resource on any node"
         elif room == 0:
@@ -111,14 +107,14 @@ def wait_started(ray: Any, refs: Sequence[Any], timeout: float | None, waiting: 
     returns the refs still not in.
 
     ``waiting`` (from :func:`check`) is said once if, after a moment, the cluster still has less
-    free than one actor asks (``each``); a start slower than :data:`PROGRESS_EVERY_S` prints how
+    free than one actor asks (``each``); a slow start prints how
     many actors have started.
     """
     pending = list(refs)
     begun = last_start = time.monotonic()
     said_waiting = waiting is None
     grace = SAID_WAITING_AFTER_S if timeout is None else min(SAID_WAITING_AFTER_S, timeout / 2)
-    next_line, last_count = begun + PROGRESS_EVERY_S, -1
+    progress = StartProgress(len(refs), "Ray actors")
     while pending:
         now = time.monotonic()
         if timeout is not None and now - last_start >= timeout:
@@ -133,11 +129,7 @@ def wait_started(ray: Any, refs: Sequence[Any], timeout: float | None, waiting: 
         if not said_waiting and now - begun >= grace and _short(ray.available_resources(), each):
             say_waiting(waiting)
             said_waiting = True
-        started = len(refs) - len(pending)
-        if now >= next_line and started != last_count:
-            print(f"parallelenv: started {started} of {len(refs)} Ray actors ({now - begun:.0f} s)",
-                  file=sys.stderr, flush=True)
-            next_line, last_count = now + PROGRESS_EVERY_S, started
+        progress.show(len(refs) - len(pending))
     return pending
 
 
@@ -148,10 +140,7 @@ def say_waiting(waiting: str | None) -> None:
 
 def not_started(ray: Any, ask: Ask, env_ids: Sequence[int], started: int, timeout: float | None) -> WorkerStartError:
     """The error for a start that waited ``timeout`` seconds with ``started`` of the actors up."""
-    cluster, free = ray.cluster_resources(), ray.available_resources()
-    asked = ask.total()
-    known = {name: cluster.get(name, 0.0) for name in asked}
-    free_now = {name: free.get(name, 0.0) for name in asked}
+    asked, known, free_now = _standing(ray, ask)
     held = " (the actors that started hold theirs)" if started else ""
     within = "the time they were given" if timeout is None else f"the last {timeout:g} s (start_timeout)"
     reason = (f"{started} of {ask.actors} Ray actors started, and none in {within}. "
@@ -159,6 +148,19 @@ def not_started(ray: Any, ask: Ask, env_ids: Sequence[int], started: int, timeou
               "Other actors or tasks hold what they wait for, or their envs take longer than that to build "
               "(raise start_timeout)")
     return WorkerStartError(env_ids, reason, asked, known, free_now)
+
+
+def standing(ray: Any, ask: Ask) -> str:
+    """What ``ask`` asks beside what the cluster has in all and free now, in words."""
+    _, known, free_now = _standing(ray, ask)
+    return f"{ask.describe()}; the Ray cluster has {_amounts(known)}, {_amounts(free_now)} free now"
+
+
+def _standing(ray: Any, ask: Ask) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """``ask``'s total, and the cluster's total and free amounts of what it asks."""
+    cluster, free = ray.cluster_resources(), ray.available_resources()
+    asked = ask.total()
+    return asked, {name: cluster.get(name, 0.0) for name in asked}, {name: free.get(name, 0.0) for name in asked}
 
 
 def _short(free: dict[str, float], each: dict[str, float]) -> bool:
