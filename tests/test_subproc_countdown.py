@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import host_of
+from conftest import host_of, slowness
 from envs import DelayEnv, FaultyEnv, StallingEnv, counting
 
 from parallelenv import WorkerDiedError
@@ -221,3 +221,30 @@ def test_without_futexes_counted_steps_go_to_each_pipe(make_penv, counted_told, 
         obs, *_ = penv.step([1, 1, 1, 1])
         assert counted_told == [True, True]
         assert obs[:, 1].tolist() == [count] * 4
+
+
+@pytest.mark.timeout(120)
+def test_workers_last_told_on_their_pipes_take_the_next_whole_step_there(make_penv):
+    # A worker whose last call came on its pipe (a reset, a send of some envs) waits on its pipe, not on
+    # the countdown's words, as the parent records: a futex wake-up of many workers cost a caller busy
+    # with its policy more than writing to their pipes. The next step of every env is then written to
+    # those pipes, and a leader of the wake-up tree (0, 4 and 8 of 12) that gets it there wakes the
+    # workers after it, which wait on the words: each env steps once a call, none waits for a nap.
+    penv = make_penv([counting(tag, 999) for tag in range(12)], num_workers=12)
+    waits_on_pipe = lambda: [worker.waits_on_pipe for worker in penv.backend._workers]  # noqa: E731
+    penv.reset(seed=0)
+    assert waits_on_pipe() == [True] * 12
+    obs, *_ = penv.step([1] * 12)  # written to every pipe
+    assert waits_on_pipe() == [False] * 12
+    counts = np.ones(12, dtype=int)
+    for ids in ([0, 4, 8], [1, 2, 3, 5, 6, 7, 9, 10, 11], [4], list(range(12)), [11]):
+        obs, *_ = penv.step([1] * len(ids), id=ids)  # awaited; of some envs, it goes on their workers' pipes
+        counts[ids] += 1
+        assert waits_on_pipe() == [i in ids and len(ids) < 12 for i in range(12)]  # all of them: counted
+        began = time.monotonic()
+        obs, *_ = penv.step([1] * 12)
+        counts += 1
+        # Nothing slept through it: a worker the step did not reach would look again only after a 1 s nap.
+        assert time.monotonic() - began < 0.5 * slowness()
+        assert obs[:, 1].tolist() == counts.tolist()
+        assert waits_on_pipe() == [False] * 12

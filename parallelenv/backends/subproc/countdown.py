@@ -224,6 +224,15 @@ class WorkerCountdown:
                 continue
             futex.wait(self._address, seen, self._bits, _NAP_S)
 
+    def came_on_pipe(self) -> None:
+        """A counted step came on the pipe, where this worker waited (see worker._serve): if it was
+        announced to all, it is not to be taken again from the step word, and the workers this one wakes
+        (waiting on the words) are woken now."""
+        if self.broadcasts:
+            self._last_step = int(self._words[_STEP])
+            if self._followers:
+                futex.wake(self._address, self._followers)
+
     def answer(self, quiet: bool) -> None:
         """Count this worker's answer (``quiet``: none follows on the pipe), wake the parent if it is the
         last, and mark the step finished."""

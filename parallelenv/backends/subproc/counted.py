@@ -54,7 +54,7 @@ class CountedSteps:
         # a wait the same whatever the number of sentinels in it (a poll: ~0.6 us more for each).
         self._poll = select.epoll()
         self._poll.register(countdown.fileno(), select.EPOLLIN)
-        self._framed: list[bytes] | None = None if countdown.broadcasts else wire.framed_counted_group_steps()
+        self._framed = wire.framed_counted_group_steps()
 
     def watch(self, worker: Worker) -> None:
         self._poll.register(worker.process.sentinel, select.EPOLLIN)
@@ -86,13 +86,16 @@ class CountedSteps:
                     raise worker.death
         self._slot_of_all = obs_slot
         self.in_flight, self._owed, self._dying = True, None, None
-        if self._framed is None:
+        if self.countdown.broadcasts:
             self.countdown.start_step(obs_slot)
-            return
-        # No futexes here: the same few bytes to each pipe, framed as Connection.recv_bytes reads them.
-        self.countdown.arm()
+            on_pipes = [worker for worker in self._workers if worker.waits_on_pipe]
+        else:
+            self.countdown.arm()
+            on_pipes = self._workers
+        # Where no futex reaches a worker, the same few bytes to its pipe, framed as Connection.recv_bytes reads them.
         framed = self._framed[obs_slot]
-        for worker in self._workers:
+        for worker in on_pipes:
+            worker.waits_on_pipe = False
             try:
                 if os.write(worker.fd, framed) != len(framed):  # a few bytes: a short write means a broken pipe
                     raise BrokenPipeError(f"a short write to worker {worker.pid}'s pipe")
