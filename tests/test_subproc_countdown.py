@@ -49,7 +49,9 @@ def test_a_stray_wake_up_does_not_end_a_counted_step_early(make_penv):
     penv = make_penv([lambda: DelayEnv(0, 0.0), lambda: DelayEnv(1, 0.3)])
     penv.reset(seed=0)
     penv.step([1, 1])
-    penv.backend.countdown.for_worker(0).wake()  # as if worker 0 had been the last of an earlier step
+    stray = penv.backend.countdown.for_worker(0)
+    stray.attach()
+    stray.wake()  # as if worker 0 had been the last of an earlier step
     obs, *_ = penv.step([1, 1])
     np.testing.assert_array_equal(obs[:, :2], [[0, 2], [1, 2]])  # tag, count
     assert penv.get_env_attr("step_calls") == [2, 2]

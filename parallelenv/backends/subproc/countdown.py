@@ -99,24 +99,32 @@ class Countdown:
         self._token_reader, self._token_writer = ctx.Pipe(duplex=False)
         self._tokens = _MORE * (num_workers - 1) + _LAST
         self.tokens_unsure = False  # a worker died: the pipe is emptied before the next step's tokens
+        # Every step reads them: a Connection's fileno() is a Python call each time.
+        self._wake_fd, self._token_out = self._wake_reader.fileno(), self._token_writer.fileno()
 
     def arm(self) -> None:
         """Expect an answer from every worker; only call it while no worker is counting down."""
+        self._expect_answers()
+        os.write(self._token_out, self._tokens)
+
+    def _expect_answers(self) -> None:
         if self.tokens_unsure:
             self._empty_tokens()
-        os.write(self._token_writer.fileno(), self._tokens)
         self._answer_of[:] = NOT_YET
         words = self._words
         words[_COUNT] = (int(words[_COUNT]) + 1) & _WRAP
 
     def start_step(self, obs_slot: int) -> None:
         """Arm, and tell every worker, in one wake-up, to step its group into ``obs_slot``."""
-        self.arm()
+        self._expect_answers()
         words = self._words
         words[_SLOT] = obs_slot
         words[_STEP] = (int(words[_STEP]) + 1) & _WRAP
         words[_CALL] = (int(words[_CALL]) + 1) & _WRAP
         futex.wake(self._address, _LEADERS)
+        # The tokens after the wake-up, which the workers wait for the sooner: a worker that is through its
+        # step before they are laid waits on its read of the pipe for a moment.
+        os.write(self._token_out, self._tokens)
 
     def ring(self, bits: int = futex.EVERY_WORKER) -> None:
         """Wake the workers of ``bits`` (see :func:`futex.bit_of`) to read their pipes."""
@@ -135,7 +143,7 @@ class Countdown:
         self.tokens_unsure = False
 
     def fileno(self) -> int:
-        return self._wake_reader.fileno()
+        return self._wake_fd
 
     def complete(self) -> bool:
         """Consume the wake-up bytes there are; True when every worker has answered.
@@ -144,7 +152,7 @@ class Countdown:
         without it (its wait timed out just before the last one came), so the
         answers, not the byte, say whether this step is complete.
         """
-        os.read(self.fileno(), 4096)
+        os.read(self._wake_fd, 4096)
         return NOT_YET not in bytes(self._answers)
 
     def finished(self, worker_indices: list[int]) -> bool:
@@ -195,6 +203,7 @@ class WorkerCountdown:
             return
         self._words, self._answer_of, self._finished = _views(self._raw, self._num_workers)
         self._address = ctypes.addressof(self._raw)
+        self._token_in, self._wake_out = self._token_reader.fileno(), self._wake_writer.fileno()
         group = 1 if self._num_workers <= _DIRECT else math.isqrt(self._num_workers - 1) + 1
         leads = self._index % group == 0
         self._bits = futex.bit_of(self._index) | (_LEADERS if leads else 0)
@@ -243,11 +252,11 @@ class WorkerCountdown:
     def arrive(self, quiet: bool) -> bool:
         """Count this worker's answer (``quiet``: none follows on the pipe); True when it is the last."""
         self._answer_of[self._index] = QUIET if quiet else ON_PIPE
-        return os.read(self._token_reader.fileno(), 1) == _LAST
+        return os.read(self._token_in, 1) == _LAST
 
     def wake(self) -> None:
         """Wake the parent."""
-        os.write(self._wake_writer.fileno(), b"w")
+        os.write(self._wake_out, b"w")
 
 
 _SENT = ("_raw", "_num_workers", "_index", "_token_reader", "_wake_writer", "broadcasts", "_last_step")
