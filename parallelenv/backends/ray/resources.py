@@ -107,8 +107,7 @@ def wait_started(ray: Any, refs: Sequence[Any], timeout: float | None, waiting: 
     returns the refs still not in.
 
     ``waiting`` (from :func:`check`) is said once if, after a moment, the cluster still has less
-    free than one actor asks (``each``); a slow start prints how
-    many actors have started.
+    free than one actor asks (``each``); a slow start prints how many actors have started.
     """
     pending = list(refs)
     begun = last_start = time.monotonic()
