@@ -244,24 +244,29 @@ def test_a_worker_answers_each_kind_by_its_header():
     worker = threading.Thread(target=_serve, args=(child, group, 0.0, countdown.for_worker(0)), daemon=True)
     worker.start()
     all_ids = (0, 1)
+
+    def send(message: bytes) -> None:
+        parent.send_bytes(message)
+        countdown.ring()  # as the backend wakes a worker that sleeps on the countdown's words
+
     plain = wire.encode_call(Step(all_ids), all_ids, counted=False, buffers=buffers)
     counted = wire.encode_call(Step(all_ids), all_ids, counted=True, buffers=buffers)
     try:
-        parent.send_bytes(plain)  # count 1: no info
+        send(plain)  # count 1: no info
         assert parent.recv_bytes() == wire.QUIET
         countdown.arm()
-        parent.send_bytes(counted)  # count 2: an info, which follows on the pipe
+        send(counted)  # count 2: an info, which follows on the pipe
         assert _countdown_completes(countdown) and not countdown.answered_quietly(0)
         assert wire.decode_reply(parent.recv_bytes(), all_ids, buffers).values == {0: {"count": 2}, 1: {"count": 2}}
         countdown.arm()
-        parent.send_bytes(counted)  # count 3: answered through the countdown alone
+        send(counted)  # count 3: answered through the countdown alone
         assert _countdown_completes(countdown) and countdown.answered_quietly(0)
         assert not parent.poll(0.2)
         assert buffers.obs[:, 1].tolist() == [3, 3]
-        parent.send_bytes(b"z")
+        send(b"z")
         decoded = wire.decode_reply(parent.recv_bytes(), all_ids, buffers)
         assert "header byte b'z'" in decoded.failures[0].message
-        parent.send_bytes(wire.CLOSING)
+        send(wire.CLOSING)
         worker.join(timeout=10)
         assert not worker.is_alive()
     finally:
