@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HAS_RAY, HAS_TORCH, TESTS_DIR, assert_gone
+from conftest import HAS_RAY, HAS_TORCH, TESTS_DIR, assert_gone, slowness
 from envs import DelayEnv, FaultyEnv, SlowToBuildEnv, counting
 
 from parallelenv import ClosedError, ParallelEnv, WorkerDiedError, WorkerStartError
@@ -308,7 +308,7 @@ def test_a_pool_the_ray_cluster_can_never_hold_is_refused_at_once(ray_session, n
     begun = time.monotonic()
     with pytest.raises(WorkerStartError) as caught:
         RolloutPool(envs_of(4), make_policy(), num_workers=2, backend="ray", actor_options={"num_cpus": cpus})
-    assert time.monotonic() - begun < 10
+    assert time.monotonic() - begun < 10 * slowness()  # 10 s on a quiet machine; Ray's own calls slow with the load
     message = str(caught.value)
     assert asked in message and has in message and "2 CPUs in all" in message, message
     assert "did not start" in message and "died" not in message
