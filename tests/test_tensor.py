@@ -7,8 +7,10 @@ of the CPU backends.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -407,6 +409,22 @@ def test_without_torch_asking_for_it_says_what_to_install(ask):
 # ------------------------------------------------------------------ CUDA
 
 
+@contextlib.contextmanager
+def synchronising_raises():
+    """Any host synchronisation in the block raises; the mode is put back however the block ends.
+
+    Torch warns, as it sets the mode, that the mode is a prototype: the suite's warnings are errors,
+    and that warning is not the code's.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Synchronization debug mode", UserWarning)
+        try:
+            torch.cuda.set_sync_debug_mode("error")
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+
 @pytest.mark.gpu
 @CUDA
 def test_cuda_cartpole_steps_without_synchronising():
@@ -414,12 +432,9 @@ def test_cuda_cartpole_steps_without_synchronising():
         obs, _ = penv.reset(seed=0)
         actions = torch.randint(0, 2, (50, 4096), device="cuda")
         penv.step(actions[0])
-        torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
-        try:
+        with synchronising_raises():
             for row in actions[1:]:
                 obs, _reward, _terminated, _truncated, info = penv.step(row)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
         assert obs.device.type == "cuda" and info["ended_state"].device.type == "cuda"
 
 
