@@ -12,7 +12,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,16 +77,30 @@ def live_children() -> list[psutil.Process]:
 our_segments = segments
 
 
-def assert_gone(pids: list[int]) -> None:
-    processes = []
-    for pid in pids:
+def alive(process: psutil.Process) -> bool:
+    """Running and not a zombie: a zombie has exited, and reaping it is its parent's business."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def assert_gone(processes: Iterable[int | psutil.Process], timeout: float = 15.0) -> None:
+    """Fail unless every process (a pid or a handle) exits within ``timeout`` (stretched on a busy machine).
+
+    It never reaps them: multiprocessing's join, or Ray's, does, and a process reaped here would leave
+    it without the exit status.
+    """
+    handles = []
+    for process in processes:
         try:
-            processes.append(psutil.Process(pid))
+            handles.append(process if isinstance(process, psutil.Process) else psutil.Process(process))
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(processes, timeout=15 * slowness())
-    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
-    assert not alive, f"actor or worker processes outlived close(): {[p.pid for p in alive]}"
+    deadline = time.monotonic() + timeout * slowness()
+    while (left := [p for p in handles if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not left, f"actor or worker processes outlived close(): {[p.pid for p in left]}"
 
 
 def assert_nothing_left(before: set[int]) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-from conftest import RAY_BACKENDS, our_segments, slowness
+from conftest import RAY_BACKENDS, alive, assert_gone, our_segments
 from envs import CountingEnv, DelayEnv, DictObsEnv, StallingEnv, counting
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
@@ -55,26 +55,11 @@ def worker_processes(penv: ParallelEnv) -> list[psutil.Process]:
     return processes
 
 
-def alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def pid_alive(pid: int) -> bool:
     try:
         return alive(psutil.Process(pid))
     except psutil.NoSuchProcess:
         return False
-
-
-def assert_gone(processes: list[psutil.Process], timeout: float = 10.0) -> None:
-    """Poll until every process has exited; never reap them, that is multiprocessing's job."""
-    deadline = time.monotonic() + timeout * slowness()  # a bound on a hang, stretched on a busy machine
-    while any(alive(p) for p in processes) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not [p.pid for p in processes if alive(p)], "worker processes outlived close()"
 
 
 def scripted_run(penv: ParallelEnv) -> list[Any]:

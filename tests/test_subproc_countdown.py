@@ -233,7 +233,7 @@ def test_workers_last_told_on_their_pipes_take_the_next_whole_step_there(make_pe
     # those pipes, and a leader of the wake-up tree (0, 4 and 8 of 12) that gets it there wakes the
     # workers after it, which wait on the words: each env steps once a call, none waits for a nap.
     penv = make_penv([counting(tag, 999) for tag in range(12)], num_workers=12)
-    waits_on_pipe = lambda: [worker.waits_on_pipe for worker in penv.backend._workers]  # noqa: E731
+    waits_on_pipe = lambda: [penv.backend._counted.waits_on_pipe(worker) for worker in penv.backend._workers]  # noqa: E731
     penv.reset(seed=0)
     assert waits_on_pipe() == [True] * 12
     obs, *_ = penv.step([1] * 12)  # written to every pipe

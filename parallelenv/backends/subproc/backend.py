@@ -188,16 +188,12 @@ class SubprocBackend:
                                                                                                 strict=True)]
         if counted:
             self._counted.begin()  # its quiet answers reach collect through the countdown only
-        # The workers that sleep on the countdown's words need its wake-up to read their pipes; the others
-        # wait on their pipes (see Worker.waits_on_pipe), which the message wakes, and will again unless it
-        # is a counted step.
-        on_words = [worker for worker, _ in routed if not worker.waits_on_pipe]
+        on_words = self._counted.sending_on_pipes([worker for worker, _ in routed], counted)
         for (worker, worker_call), message in zip(routed, messages, strict=True):
             if not counted:
                 worker.sent.append(worker_call.env_ids)
                 self._on_pipes += 1
             worker.obs_slot = obs_slot
-            worker.waits_on_pipe = not counted
             try:
                 worker.conn.send_bytes(message)
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):

@@ -55,6 +55,10 @@ class CountedSteps:
         self._poll = select.epoll()
         self._poll.register(countdown.fileno(), select.EPOLLIN)
         self._framed = wire.framed_counted_group_steps()
+        # The workers whose last call came on their pipe and was not a counted step: they wait on their
+        # pipes, not on the countdown's words (see worker._serve), so a step announced to all is written
+        # to their pipes too.
+        self._waiting_on_pipes: set[int] = set()
 
     def watch(self, worker: Worker) -> None:
         self._poll.register(worker.process.sentinel, select.EPOLLIN)
@@ -63,6 +67,7 @@ class CountedSteps:
     def lost(self, worker: Worker) -> None:
         """``worker`` died: stop watching it; if it had a part in the step under way, that part is lost."""
         self._poll.unregister(worker.process.sentinel)
+        self._waiting_on_pipes.discard(worker.index)  # a worker started in its place waits on the words
         self.num_dead += 1
         # It may leave its token of a step under way unread.
         self.countdown.tokens_unsure = True
@@ -88,19 +93,35 @@ class CountedSteps:
         self.in_flight, self._owed, self._dying = True, None, None
         if self.countdown.broadcasts:
             self.countdown.start_step(obs_slot)
-            on_pipes = [worker for worker in self._workers if worker.waits_on_pipe]
+            on_pipes = [self._workers[index] for index in self._waiting_on_pipes]
         else:
             self.countdown.arm()
             on_pipes = self._workers
+        self._waiting_on_pipes.clear()
         # Where no futex reaches a worker, the same few bytes to its pipe, framed as Connection.recv_bytes reads them.
         framed = self._framed[obs_slot]
         for worker in on_pipes:
-            worker.waits_on_pipe = False
             try:
                 if os.write(worker.fd, framed) != len(framed):  # a few bytes: a short write means a broken pipe
                     raise BrokenPipeError(f"a short write to worker {worker.pid}'s pipe")
             except OSError:
                 self._backend.not_sent(worker)
+
+    def sending_on_pipes(self, workers: list[Worker], counted: bool) -> list[Worker]:
+        """``workers`` are about to be sent a call on their pipes: those of them asleep on the countdown's
+        words, which need its ring to read their pipes. After it, a call that is not a counted step leaves
+        a worker waiting on its pipe."""
+        waiting = self._waiting_on_pipes
+        on_words = [worker for worker in workers if worker.index not in waiting]
+        indices = [worker.index for worker in workers]
+        if counted:
+            waiting.difference_update(indices)
+        else:
+            waiting.update(indices)
+        return on_words
+
+    def waits_on_pipe(self, worker: Worker) -> bool:
+        return worker.index in self._waiting_on_pipes
 
     def wait(self, timeout: float | None, dead: list[Worker]) -> bool:
         """Sleep until the last worker of the step wakes us (True), ``timeout`` passes, or workers die

@@ -37,9 +37,6 @@ class Worker:
     death: WorkerDiedError | None = None
     obs_slot: int = 0  # the buffers' obs slot the worker writes into (see Buffers.use_obs_slot)
     knows_info_columns: bool = True  # else its next call tells it their layout
-    # Its last call came on its pipe and was not a counted step: it waits on its pipe for the next one,
-    # not on the countdown's words (see worker._serve), so a step announced to all is written to its pipe too.
-    waits_on_pipe: bool = False
 
     def __post_init__(self) -> None:
         self.group_ids = tuple(self.env_ids)
