@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from parallelenv import ParallelEnv
+from parallelenv.infos import env_info, joined_rows, vector_info
 from parallelenv.integrations.gymnasium import GymnasiumVectorEnv
 
 NUM_ENVS = 3
@@ -209,3 +210,29 @@ def test_the_gymnasium_views_infos_are_sync_vector_envs(backend, mode, no_leaks)
     finally:
         ours.close()
         theirs.close()
+
+
+# A few returns of recv, each a vector info of its envs, as overlapped collection gathers one half from them.
+RETURNS = st.lists(st.lists(INFOS, min_size=1, max_size=4), min_size=1, max_size=3)
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(returns=RETURNS, data=st.data())
+def test_rows_joined_from_several_vector_infos_are_each_envs_as_its_own_vector_held_it(returns, data):
+    vectors = [vector_info(enumerate(infos), len(infos)) for infos in returns]
+    places = [(batch, row) for batch, infos in enumerate(returns) for row in range(len(infos))]
+    taken = data.draw(st.permutations(places).flatmap(lambda order: st.sampled_from(range(1, len(order) + 1)).map(
+        lambda count: order[:count])))
+    parts = []
+    for batch in sorted({batch for batch, _ in taken}):
+        positions = [position for position, (b, _) in enumerate(taken) if b == batch]
+        parts.append((vectors[batch], np.array([taken[p][1] for p in positions]), np.array(positions)))
+    joined = joined_rows(parts, len(taken))
+    # None: some key differs in kind or dtype between the parts; the caller then merges each env's info again.
+    assume(joined is not None)
+    for position, (batch, row) in enumerate(taken):
+        same(env_info(joined, position), env_info(vectors[batch], row), f"position {position} (return {batch}, row {row})")
+    for key, value in joined.items():
+        if isinstance(value, np.ndarray) and not key.startswith("_"):
+            sources = [vectors[batch][key] for batch, _ in taken if key in vectors[batch]]
+            assert all(value.dtype == source.dtype for source in sources), key

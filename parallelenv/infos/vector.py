@@ -8,7 +8,7 @@ wrappers written for Gymnasium read our infos unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -133,6 +133,42 @@ def vector_info(infos: Iterable[tuple[int, dict[str, Any]]], n: int) -> dict[str
         if info:
             add_info(vector, info, position, n, made_for)
     return vector
+
+
+def joined_rows(parts: Sequence[tuple[Mapping[str, Any], np.ndarray, np.ndarray]], n: int) -> dict[str, Any] | None:
+    """The vector info of ``n`` envs gathered from several: each part is a vector info, the rows taken
+    from it and the positions they go to.
+
+    The parts' arrays are copied as they are, their dtypes kept (the rows of
+    one vector info come back as that info holds them); a key a part lacks
+    is unset at its positions. None where a key's values differ between the
+    parts in kind, dtype or shape: then each env's info is merged again
+    (:func:`vector_info`), which picks one array for them all.
+    """
+    joined: dict[str, Any] = {}
+    keys = dict.fromkeys(key for info, _, _ in parts for key in info if not key.startswith("_"))
+    for key in keys:
+        present = [(info[key], info.get("_" + key), taken, to) for info, taken, to in parts if key in info]
+        first = present[0][0]
+        if isinstance(first, Mapping):
+            if not all(isinstance(value, Mapping) for value, *_ in present):
+                return None
+            array: Any = joined_rows([(value, taken, to) for value, _, taken, to in present], n)
+            if array is None:
+                return None
+        else:
+            if not all(isinstance(value, np.ndarray) and value.dtype == first.dtype
+                       and value.shape[1:] == first.shape[1:] for value, *_ in present):
+                return None
+            shape = (n, *first.shape[1:])
+            array = np.full(shape, None, dtype=object) if first.dtype == _OBJECT else np.zeros(shape, first.dtype)
+            for value, _, taken, to in present:
+                array[to] = value[taken]
+        mask = np.zeros(n, dtype=bool)
+        for _, part_mask, taken, to in present:
+            mask[to] = True if part_mask is None else part_mask[taken]  # no mask: every env's
+        joined[key], joined["_" + key] = array, mask
+    return joined
 
 
 # How an env's 0-d values come out of a vector info, for env_info's ``scalars``.
