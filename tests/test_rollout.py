@@ -18,6 +18,7 @@ from envs import CountingEnv, DictObsEnv, FaultyEnv, OtherSpaceEnv, counting
 from parallelenv import EnvError, NoPendingCallError, ParallelEnv
 from parallelenv.arrays import is_tensor, to_numpy, to_torch, tree_map
 from parallelenv.calls import Arguments
+from parallelenv.infos import env_info, vector_info
 from parallelenv.rollout import VecWorker
 
 # The tensor backend is left out: VecWorker over the tensor backend has its own tests at the end of this module.
@@ -264,6 +265,39 @@ def test_overlap_refuses_a_parallel_env_that_returns_tensors(no_leaks):
         worker = VecWorker(penv, lambda obs: torch.ones(len(obs), dtype=torch.int64), seed=0, overlap=True)
         with pytest.raises(ValueError, match="overlap=True steps NumPy envs: this ParallelEnv returns tensors"):
             worker.collect(2)
+
+
+def test_a_half_that_came_in_several_returns_is_taken_whole_and_in_order():
+    # recv hands over whatever has answered: half [0, 2, 4, 6] comes in two returns mixed with envs of the
+    # other half, whose envs come in two as well, the second holding a key's values in another dtype.
+    from parallelenv.rollout.overlap import _Arrivals
+
+    def returned(env_ids, infos):
+        n = len(env_ids)
+        obs = {"x": np.array(env_ids, dtype=np.float32)[:, None].repeat(2, axis=1)}
+        return (obs, np.array(env_ids, dtype=np.float64) / 10, np.array(env_ids) % 3 == 0, np.zeros(n, bool),
+                vector_info(enumerate(infos), n))
+
+    f32 = np.float32
+    arrived = _Arrivals()
+    wanted = np.array([0, 2, 4, 6])
+    arrived.add(np.array([4, 1, 0]), returned([4, 1, 0], [{"f": f32(4)}, {"f": f32(1)}, {}]))
+    assert arrived.missing(wanted) == 2
+    arrived.add(np.array([6, 2]), returned([6, 2], [{"f": f32(6), "m": "six"}, {"f": f32(2)}]))
+    assert arrived.missing(wanted) == 0
+    obs, reward, terminated, truncated, info = arrived.take(wanted)
+    np.testing.assert_array_equal(obs["x"][:, 0], [0, 2, 4, 6])
+    assert obs["x"].dtype == np.float32 and obs["x"].shape == (4, 2)
+    np.testing.assert_array_equal(reward, [0.0, 0.2, 0.4, 0.6])
+    np.testing.assert_array_equal(terminated, [True, False, False, True])
+    assert [env_info(info, p) for p in range(4)] == [{}, {"f": 2}, {"f": 4}, {"f": 6, "m": "six"}]
+    assert info["f"].dtype == np.float32  # the returns' own arrays, rows copied
+    assert arrived.missing(np.array([1, 3])) == 1
+    arrived.add(np.array([3]), returned([3], [{"f": 3.5}]))  # float64 where the other return has float32
+    obs, *_, info = arrived.take(np.array([3, 1]))
+    np.testing.assert_array_equal(obs["x"][:, 0], [3, 1])
+    assert [env_info(info, p) for p in range(2)] == [{"f": 3.5}, {"f": 1.0}]  # each env's info merged again
+    assert arrived.missing(np.array([1])) == 1  # taken once
 
 
 # ------------------------------------------------------------------ episodes
