@@ -231,7 +231,8 @@ def test_rows_joined_from_several_vector_infos_are_each_envs_as_its_own_vector_h
     # None: some key differs in kind or dtype between the parts; the caller then merges each env's info again.
     assume(joined is not None)
     for position, (batch, row) in enumerate(taken):
-        same(env_info(joined, position), env_info(vectors[batch], row), f"position {position} (return {batch}, row {row})")
+        same(env_info(joined, position), env_info(vectors[batch], row),
+             f"position {position} (return {batch}, row {row})")
     for key, value in joined.items():
         if isinstance(value, np.ndarray) and not key.startswith("_"):
             sources = [vectors[batch][key] for batch, _ in taken if key in vectors[batch]]

@@ -25,6 +25,6 @@ from parallelenv.infos.vector import (
 
 __all__ = [
     "ENV_RESTARTED", "RESTART_KEYS", "WORKER_RESTARTED", "add_info", "as_kind", "ended_states", "env_info",
-    "every_scalar_as_python", "joined_rows", "numpy_scalars_as_python", "python_dtypes_as_python", "rebuilt_envs", "reset_info",
-    "step_info", "vector_info",
+    "every_scalar_as_python", "joined_rows", "numpy_scalars_as_python", "python_dtypes_as_python", "rebuilt_envs",
+    "reset_info", "step_info", "vector_info",
 ]
