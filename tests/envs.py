@@ -314,3 +314,17 @@ class SoakEnv(CountingEnv):
             obs, reward, _, _, info = super().step(0)
             return obs, reward, True, False, info
         return super().step(action)
+
+
+class ReadOnlyHere(int):
+    """An int that unpickles in the process that pickled it and raises in any other: an action a worker
+    cannot read, as one whose class the worker cannot import."""
+
+    def __reduce__(self) -> tuple[Any, tuple[int, int]]:
+        return _read_only_in, (int(self), os.getpid())
+
+
+def _read_only_in(value: int, pid: int) -> ReadOnlyHere:
+    if os.getpid() != pid:
+        raise RuntimeError(f"{value} can be read only in process {pid}")
+    return ReadOnlyHere(value)

@@ -20,9 +20,9 @@ import time
 import numpy as np
 import pytest
 from conftest import host_of, slowness
-from envs import DelayEnv, FaultyEnv, StallingEnv, counting
+from envs import BagSpace, DelayEnv, EchoEnv, FaultyEnv, ReadOnlyHere, StallingEnv, counting
 
-from parallelenv import WorkerDiedError
+from parallelenv import EnvError, WorkerDiedError
 from parallelenv.backends.base import available_cpus
 from parallelenv.backends.subproc import wire
 from parallelenv.backends.subproc.backend import SubprocBackend
@@ -250,3 +250,22 @@ def test_workers_last_told_on_their_pipes_take_the_next_whole_step_there(make_pe
         assert time.monotonic() - began < 0.5 * slowness()
         assert obs[:, 1].tolist() == counts.tolist()
         assert waits_on_pipe() == [False] * 12
+
+
+@pytest.mark.timeout(60)
+def test_a_counted_step_a_worker_cannot_read_fails_its_envs_at_once(make_penv, counted_told):
+    # Actions of no fixed shape travel in the step's messages; one the worker cannot unpickle fails its
+    # group's envs. The parent waits on the countdown for a counted step, so that answer must come
+    # there too, or it would wait for call_timeout (by default, for ever).
+    penv = make_penv([functools.partial(EchoEnv, BagSpace(), tag) for tag in range(4)], num_workers=2)
+    penv.reset(seed=0)
+    counted_told.clear()
+    began = time.monotonic()
+    with pytest.raises(EnvError) as caught:
+        penv.step([[1], [ReadOnlyHere(2)], [1], [3]])
+    assert counted_told == [True, True]
+    assert time.monotonic() - began < 5 * slowness()
+    assert sorted(caught.value.failed_env_ids) == [0, 1]  # the unreadable message was env 0 and 1's worker's
+    assert "the worker could not read the call" in str(caught.value) and "can be read only in" in str(caught.value)
+    obs, *_ = penv.step([[1], [2], [1], [3]])  # the next step is counted again and answered by all
+    assert counted_told[-2:] == [True, True] and obs[1] == [2]

@@ -186,6 +186,21 @@ def decode_call(data: bytes, reader: CallReader) -> tuple[Any, bool]:
     return kind.decode(data, reader)
 
 
+def is_counted(data: bytes) -> bool:
+    """Whether ``data`` is a counted step, from its header bytes alone (an obs slot's or the info columns'
+    wrapping skipped): for a call the worker could not read, whose answer the parent awaits on the
+    countdown if it was counted."""
+    while data:
+        kind = _CALLS.get(data[0])
+        if kind is USE_OBS_SLOT:
+            data = data[2:]
+        elif kind is INFO_COLUMNS:
+            data = data[5 + int.from_bytes(data[1:5], "little"):]
+        else:
+            return kind is COUNTED_GROUP_STEP or kind is COUNTED_STEP_WITH_ROWS
+    return False
+
+
 def decode_attach(data: bytes) -> Any:
     """What a starting worker reads once it has reported its spaces: the ``Attach``, or None to close."""
     try:
@@ -318,7 +333,7 @@ def _read_unreadable(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | N
         Failure(i, "unpickle", reply.exc_type, f"the worker could not read the call: {reply.message}", reply.traceback)
         for i in env_ids
     )
-    # A step of a whole group is two bytes that always read: this call was no step.
+    # Its envs fail with the reason, whatever the call was (a step's action rows may hold a user's object).
     return Done(type(None), env_ids, {}, failures)
 
 

@@ -168,19 +168,22 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
         try:
             call, counted = wire.decode_call(data, reader)
         except Exception as exc:  # the caller's data needs what this process cannot import, or is no call
-            send(wire.unreadable(exc))
-            waits_on_pipe = True  # as the parent counts it: only a call with the user's objects gets here, never a step
-            continue
-        if call is None:
-            return
-        if not counted:
-            send(wire.encode_reply(run(call), buffers))
-            waits_on_pipe = True
-            continue
-        if waits_on_pipe:
+            call, counted, unreadable = None, wire.is_counted(data), wire.unreadable(exc)
+        else:
+            if call is None:
+                return
+            unreadable = None
+        if counted and waits_on_pipe:
             countdown.came_on_pipe()
             waits_on_pipe = False
-        _answer_counted(wire.encode_reply(run(call), buffers), countdown, send)
+        reply = wire.encode_reply(run(call), buffers) if unreadable is None else unreadable
+        if counted:
+            # Through the countdown, which the parent sleeps on: also the answer to a step whose actions
+            # this worker could not read (a user's object whose class it cannot import).
+            _answer_counted(reply, countdown, send)
+        else:
+            send(reply)
+            waits_on_pipe = True
 
 
 def _answer_counted(reply: bytes, countdown: WorkerCountdown, send: Callable[[bytes], None]) -> None:
