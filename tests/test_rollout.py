@@ -298,6 +298,12 @@ def test_a_half_that_came_in_several_returns_is_taken_whole_and_in_order():
     np.testing.assert_array_equal(obs["x"][:, 0], [3, 1])
     assert [env_info(info, p) for p in range(2)] == [{"f": 3.5}, {"f": 1.0}]  # each env's info merged again
     assert arrived.missing(np.array([1])) == 1  # taken once
+    # Merged again in the half's order, as a step merges them: the first env with the key (a float here)
+    # makes its array, whichever return came first.
+    arrived.add(np.array([0, 2]), returned([0, 2], [{}, {"x": 1}]))
+    arrived.add(np.array([1, 3]), returned([1, 3], [{"x": 0.5}, {"x": 2.5}]))
+    *_, info = arrived.take(np.array([0, 1, 2, 3]))
+    assert [env_info(info, p) for p in range(4)] == [{}, {"x": 0.5}, {"x": 1.0}, {"x": 2.5}]
 
 
 # ------------------------------------------------------------------ episodes

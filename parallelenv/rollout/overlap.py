@@ -203,9 +203,12 @@ class _Arrivals:
         n = len(wanted)
         info = joined_rows([(results[4], rows, positions) for results, rows, positions in parts], n)
         if info is None:  # a key of other dtypes in two returns: each env's info, merged again
-            info = vector_info(((position, env_info(results[4], row))
-                                for results, rows, positions in parts
-                                for row, position in zip(rows.tolist(), positions.tolist(), strict=True)), n)
+            own: list[dict[str, Any]] = [{}] * n
+            for results, rows, positions in parts:
+                for row, position in zip(rows.tolist(), positions.tolist(), strict=True):
+                    own[position] = env_info(results[4], row)
+            # In the half's order, as a step merges them: a key's array is made for its first value.
+            info = vector_info(enumerate(own), n)
         return obs, reward, terminated, truncated, info
 
 
