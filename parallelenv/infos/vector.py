@@ -141,7 +141,7 @@ def joined_rows(parts: Sequence[tuple[Mapping[str, Any], np.ndarray, np.ndarray]
 
     The parts' arrays are copied as they are, their dtypes kept (the rows of
     one vector info come back as that info holds them); a key a part lacks
-    is unset at its positions. None where a key's values differ between the
+    is unset at its positions, and one no row taken has is left out. None where a key's values differ between the
     parts in kind, dtype or shape: then each env's info is merged again
     (:func:`vector_info`), which picks one array for them all.
     """
@@ -167,7 +167,8 @@ def joined_rows(parts: Sequence[tuple[Mapping[str, Any], np.ndarray, np.ndarray]
         mask = np.zeros(n, dtype=bool)
         for _, part_mask, taken, to in present:
             mask[to] = True if part_mask is None else part_mask[taken]  # no mask: every env's
-        joined[key], joined["_" + key] = array, mask
+        if mask.any():  # a key none of the rows taken has is left out, as a step of those envs leaves it
+            joined[key], joined["_" + key] = array, mask
     return joined
 
 
