@@ -242,5 +242,6 @@ def test_rows_joined_from_several_vector_infos_are_each_envs_as_its_own_vector_h
     assert all(joined[key].any() for key in joined if key.startswith("_")), "a key no env taken has"
     for key, value in joined.items():
         if isinstance(value, np.ndarray) and not key.startswith("_"):
-            sources = [vectors[batch][key] for batch, _ in taken if key in vectors[batch]]
+            sources = [vectors[batch][key] for batch, row in taken if key in vectors[batch]
+                       and vectors[batch]["_" + key][row]]
             assert all(value.dtype == source.dtype for source in sources), key

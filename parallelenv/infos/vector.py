@@ -148,7 +148,11 @@ def joined_rows(parts: Sequence[tuple[Mapping[str, Any], np.ndarray, np.ndarray]
     joined: dict[str, Any] = {}
     keys = dict.fromkeys(key for info, _, _ in parts for key in info if not key.startswith("_"))
     for key in keys:
-        present = [(info[key], info.get("_" + key), taken, to) for info, taken, to in parts if key in info]
+        # The parts whose rows taken have the key: another's array (of another dtype, say) is not read.
+        present = [(info[key], mask, taken, to) for info, taken, to in parts if key in info
+                   for mask in (info.get("_" + key),) if mask is None or mask[taken].any()]
+        if not present:  # none of the rows taken has it: left out, as a step of those envs leaves it
+            continue
         first = present[0][0]
         if isinstance(first, Mapping):
             if not all(isinstance(value, Mapping) for value, *_ in present):
@@ -167,8 +171,7 @@ def joined_rows(parts: Sequence[tuple[Mapping[str, Any], np.ndarray, np.ndarray]
         mask = np.zeros(n, dtype=bool)
         for _, part_mask, taken, to in present:
             mask[to] = True if part_mask is None else part_mask[taken]  # no mask: every env's
-        if mask.any():  # a key none of the rows taken has is left out, as a step of those envs leaves it
-            joined[key], joined["_" + key] = array, mask
+        joined[key], joined["_" + key] = array, mask
     return joined
 
 
