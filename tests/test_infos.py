@@ -83,3 +83,13 @@ def test_any_mapping_of_columns_serves_as_a_dict_does():
                                 for key, value in vector.items()})
     for position in range(3):
         assert str(env_info(columns, position)) == str(env_info(vector, position))
+
+
+def test_a_number_a_complex64_array_cannot_hold_makes_the_key_objects():
+    # 3.4e38 overflows complex64 with a warning only (an error in this suite): the key's array becomes
+    # objects, each env's value as it gave it; complex64 rows of the array's own dtype stay an array.
+    info = vector_info(enumerate([{"a": np.complex64(1j)}, {"a": 3.4028235677973366e38}, {"a": 1.5}]), 3)
+    assert info["a"].dtype == object and list(info["a"]) == [1j, 3.4028235677973366e38, 1.5]
+    assert type(info["a"][1]) is float
+    rows = vector_info(enumerate([{"r": np.zeros(2, np.complex64)}, {"r": np.ones(2, np.complex64)}]), 2)
+    assert rows["r"].dtype == np.complex64 and rows["r"].shape == (2, 2)

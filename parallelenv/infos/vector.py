@@ -18,6 +18,7 @@ from parallelenv.arrays import to_numpy
 _SCALARS = (bool, int, float)
 _OBJECT = np.dtype(object)
 _FLOAT64 = np.dtype(np.float64)
+_COMPLEX128 = np.dtype(np.complex128)
 _PYTHON_NUMBERS = (int, float)
 
 
@@ -84,10 +85,12 @@ def _always_safe(kind: type, dtype: np.dtype) -> bool:
 
 
 def _judged_safe(kind: type, dtype: np.dtype) -> bool:
-    if dtype.kind not in "iuf":
+    if dtype.kind not in "iufc":
         return True
     if issubclass(kind, np.generic):
         return np.dtype(kind) == dtype
+    if dtype.kind == "c":  # a float past complex64's range overflows with a warning only, as into a float32
+        return dtype == _COMPLEX128 and kind in _PYTHON_NUMBERS
     return (dtype == _FLOAT64 and kind in _PYTHON_NUMBERS) or (kind is int and dtype.kind != "f")
 
 
@@ -97,7 +100,8 @@ def _put_unless_lossy(array: np.ndarray, position: int, value: Any) -> None:
     if _always_safe(type(value), array.dtype):
         array[position] = value
         return
-    if isinstance(value, complex | np.complexfloating) or (isinstance(value, np.ndarray) and value.dtype.kind == "c"):
+    if array.dtype.kind != "c" and (isinstance(value, complex | np.complexfloating)
+                                    or (isinstance(value, np.ndarray) and value.dtype.kind == "c")):
         raise TypeError(value)
     with np.errstate(over="raise", invalid="raise"):
         try:
