@@ -6,6 +6,7 @@ import configparser
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import gymnasium as gym
@@ -167,8 +168,13 @@ def test_the_local_cluster_the_library_starts_says_nothing_of_its_workers(tmp_pa
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_worker_maximum_startup_concurrency")}
     if concurrency is not None:  # the control: Ray's own limit on a 2-core machine, which the test must see warn
         env["RAY_worker_maximum_startup_concurrency"] = concurrency
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=280, cwd=tmp_path,
-                          env=env)
+    # Ray's temp folder of its own: ray.init joins the cluster that the default one names as the last started
+    # (another test's multi-node cluster, under xdist), where the script's actors found no CPU free, and that
+    # cluster's end killed them. A short path: Ray's sockets live under it.
+    with tempfile.TemporaryDirectory(prefix="ray", dir="/tmp", ignore_cleanup_errors=True) as ray_tmp:
+        env["RAY_TMPDIR"] = ray_tmp
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=280,
+                              cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     said = done.stdout + done.stderr
     assert (RAYLET_WARNING in said) == (concurrency is not None), said
