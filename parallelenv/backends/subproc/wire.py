@@ -193,9 +193,9 @@ def is_counted(data: bytes) -> bool:
     while data:
         kind = _CALLS.get(data[0])
         if kind is USE_OBS_SLOT:
-            data = data[2:]
+            data = _switched_call(data)
         elif kind is INFO_COLUMNS:
-            data = data[5 + int.from_bytes(data[1:5], "little"):]
+            data = _columns_call(data)[1]
         else:
             return kind is COUNTED_GROUP_STEP or kind is COUNTED_STEP_WITH_ROWS
     return False
@@ -251,10 +251,15 @@ def _read_pickled(data: bytes, reader: CallReader | None = None) -> tuple[Any, b
     return pickle.loads(memoryview(data)[1:]), False
 
 
+def _switched_call(data: bytes) -> bytes:
+    """The call that a USE_OBS_SLOT message wraps."""
+    return data[2:]
+
+
 def _read_switched(data: bytes, reader: CallReader) -> tuple[Any, bool]:
     assert reader.buffers is not None, "an obs slot needs the buffers it is one of"
     reader.use_obs_slot(data[1])
-    return decode_call(data[2:], reader)
+    return decode_call(_switched_call(data), reader)
 
 
 def _with_columns(columns: tuple[Any, ...], message: bytes) -> bytes:
@@ -262,11 +267,17 @@ def _with_columns(columns: tuple[Any, ...], message: bytes) -> bytes:
     return len(layout).to_bytes(4, "little") + layout + message
 
 
+def _columns_call(data: bytes) -> tuple[bytes, bytes]:
+    """The pickled column layout of an INFO_COLUMNS message, and the call it wraps."""
+    size = int.from_bytes(data[1:5], "little")
+    return data[5:5 + size], data[5 + size:]
+
+
 def _read_with_columns(data: bytes, reader: CallReader) -> tuple[Any, bool]:
     assert reader.buffers is not None and reader.buffers.info_columns is not None, "info columns need the buffers"
-    size = int.from_bytes(data[1:5], "little")
-    reader.buffers.info_columns.lay_out(pickle.loads(data[5:5 + size]))
-    return decode_call(data[5 + size:], reader)
+    layout, call = _columns_call(data)
+    reader.buffers.info_columns.lay_out(pickle.loads(layout))
+    return decode_call(call, reader)
 
 
 def _read_close(data: bytes, reader: CallReader) -> tuple[None, bool]:
