@@ -13,6 +13,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from parallelenv.backends.subproc import forkserver_folder
+
 
 def default_start_method() -> str:
     # forkserver: as safe as spawn (never forks a parent that runs threads, as
@@ -26,7 +28,8 @@ def start_context(start_method: str | None) -> Any:
     method = start_method or default_start_method()
     ctx = mp.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(["parallelenv.backends.subproc.worker"])
+        ctx.set_forkserver_preload(["parallelenv.backends.subproc.forkserver_preload"])
+        forkserver_folder.mark_and_sweep()
     return ctx
 
 

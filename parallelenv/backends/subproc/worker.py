@@ -3,8 +3,9 @@
 The parent starts the process with the group's pickled env factories; the
 worker builds its envs, reports their spaces, attaches to the shared buffers
 and then answers one call at a time until it is told to close or its pipe
-closes (the parent is gone). This module is preloaded by the forkserver, so
-a new worker starts with numpy and gymnasium already imported.
+closes (the parent is gone). The forkserver imports this module before it
+forks any worker (see :mod:`~.forkserver_preload`), so a new worker starts
+with numpy and gymnasium already imported.
 """
 
 from __future__ import annotations
