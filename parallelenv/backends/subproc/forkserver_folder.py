@@ -1,4 +1,4 @@
-"""The forkserver's folder in the temp folder goes with the job, however the job ends.
+"""The forkserver's folders in the temp folder do not pile up, however jobs end.
 
 multiprocessing's forkserver listens on a socket in a ``pymp-*`` folder of
 the temp folder, which the caller removes as it exits (an ``atexit``
@@ -7,7 +7,7 @@ folder behind: a day of tests and killed jobs left thousands in ``/tmp``
 here. So the caller marks its folder with its pid and start time before the
 forkserver starts (:func:`mark_and_sweep`); the forkserver, which exits once
 the caller and every worker have gone, removes the folder if its caller is
-gone (:func:`remove_if_orphaned`, registered by
+gone (:func:`remove_own_folder_if_orphaned`, registered by
 :mod:`~parallelenv.backends.subproc.forkserver_preload`); and where the
 forkserver was killed too (a whole process group SIGKILLed), the next caller
 that starts a forkserver in the same temp folder removes the marked folders
