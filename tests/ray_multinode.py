@@ -34,8 +34,8 @@ def main(mode: str, on_worker_failure: str) -> None:
     healing = on_worker_failure == "restart"
     workers = [cluster.add_node(num_cpus=2 if healing else 1) for _ in range(2)]
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": ":".join(sys.path)}})
+    # The nodes' processes inherit this script's PYTHONPATH (tests/ and the checkout), as its workers need.
+    ray.init(address=cluster.address, log_to_driver=False)
     seen: dict = {"mode": mode}
     try:
         options = {"num_cpus": 2, "start_timeout": 60} if healing else {}

@@ -358,7 +358,8 @@ def multinode() -> None:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     nodes = [cluster.add_node(num_cpus=2) for _ in range(2)]  # room for both workers on either
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": ":".join(sys.path)}})
+    # The nodes' processes inherit this script's PYTHONPATH (tests/ and the checkout), as its workers need.
+    ray.init(address=cluster.address, log_to_driver=False)
     seen: dict = {}
     try:
         pool = RolloutPool(envs_of(4, delay=0.02), make_policy(), num_workers=2, backend="ray", seed=SEED)

@@ -264,8 +264,7 @@ def ours(ray: Any, seen: dict[str, Any], closed_dir: str) -> None:
 
 
 def users(ray: Any, seen: dict[str, Any], closed_dir: str) -> None:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path)}})
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # its workers inherit our PYTHONPATH
     starts = count_starts(ray)
     with ParallelEnv([counting(i) for i in range(2)], para_mode="ray") as penv:
         penv.reset(seed=0)

@@ -98,7 +98,7 @@ def _connect(ray: ModuleType) -> None:
     if "RAY_worker_maximum_startup_concurrency" not in os.environ:  # the caller's own choice stands
         system_config["worker_maximum_startup_concurrency"] = max(ACTOR_STARTS_AT_ONCE, os.cpu_count() or 1)
     try:
-        with _environ("PYTHONPATH", import_path):
+        with environ_holding("PYTHONPATH", import_path):
             ray.init(include_dashboard=False, _system_config=system_config, **quiet)
     except ValueError as error:
         # A cluster already runs on this machine (`ray start`): ray.init joins it, with its own settings.
@@ -109,7 +109,7 @@ def _connect(ray: ModuleType) -> None:
 
 
 @contextlib.contextmanager
-def _environ(name: str, value: str) -> Iterator[None]:
+def environ_holding(name: str, value: str) -> Iterator[None]:
     """``os.environ[name]`` is ``value`` inside, as it was after.
 
     The processes of a cluster that ray.init starts inherit the driver's
