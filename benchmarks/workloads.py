@@ -220,7 +220,8 @@ def _info_workloads(num_envs: int, steps: int, quick_steps: int) -> tuple[Worklo
 
 
 # The caller's cost as workers grow: ours on each path, and the one-process-per-env peers where k is 1.
-SLEEP_WRAPPERS = ("parallelenv-subproc-counted", "parallelenv-subproc-perpipe", "parallelenv-subproc-healing")
+SLEEP_WRAPPERS = ("parallelenv-subproc-counted", "parallelenv-subproc-perpipe", "parallelenv-subproc-healing",
+                  "lockstep")
 SLEEP_PEERS = ("gymnasium-async", "sb3-subproc")
 
 

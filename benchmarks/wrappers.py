@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.ceiling import CeilingRunner
+from benchmarks.lockstep import LockstepRunner
 from benchmarks.machine import seen_cores, usable_cores
 from benchmarks.pool_workload import OneWorkerRunner, PoolRunner
 from benchmarks.registry import (
@@ -175,6 +176,10 @@ register("parallelenv-subproc-healing", SUBPROCESS, ours=True, requires=("parall
 register("ceiling", CEILING, workloads=frozenset({"cheetah8", "pong8"}),
          note="no wrapper: one bare process per core steps its share of the envs back to back, restarting "
               "ended episodes, each timing its own loop; steps/s is the sum of their rates")(CeilingRunner)
+register("lockstep", CEILING, per_worker=True, workloads=frozenset(),
+         note="no wrapper: N/k bare processes of k envs, all woken by one futex broadcast with the actions in "
+              "shared memory, counting down on a pipe of tokens, no result sent back: the least a lockstep of "
+              "that many processes costs on this machine (benchmarks/lockstep.py)")(LockstepRunner)
 
 
 class MLPPolicy:

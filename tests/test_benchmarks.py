@@ -440,6 +440,32 @@ def test_the_ceiling_steps_its_share_of_the_envs_in_bare_processes(no_leaks):
         runner.close()
 
 
+@pytest.mark.timeout(120)
+def test_the_lockstep_bound_steps_groups_of_envs_and_raises_what_an_env_raised(no_leaks):
+    import functools
+
+    from benchmarks.lockstep import LockstepRunner
+    from benchmarks.measure import measure
+    from benchmarks.workloads import WORKLOADS
+    from benchmarks.wrappers import WRAPPERS
+    from envs import FaultyEnv
+
+    result = measure(WORKLOADS["sleep5-8x1"], WRAPPERS["lockstep"], steps=10, repeats=1)
+    assert result.error is None and result.workers == 8 and result.rates[0] > 0, result
+    assert result.env_step_s >= 0.005 and result.parent_cpu_us_per_step[0] > 0
+    for how, error in (("raise", "env 3 broke on purpose"), ("exit", "a lockstep process died")):
+        envs = [functools.partial(FaultyEnv, tag=i, at_step=2, how=how if i == 3 else "none") for i in range(5)]
+        runner = LockstepRunner(envs, envs_per_worker=2)
+        try:
+            assert runner.workers == 3 and runner.shares == [[0, 1], [2, 3], [4]]
+            runner.reset(0)
+            runner.step(np.zeros(5, np.int64))
+            with pytest.raises(RuntimeError, match=error):  # not a hang
+                runner.step(np.zeros(5, np.int64))
+        finally:
+            runner.close()
+
+
 def test_report_gives_the_callers_cost_per_worker_the_efficiency_and_the_ratio_to_the_ceiling():
     def row(workload, wrapper, kind, n, rate, cpu, workers, step_s=None, cores_seen=None):
         return Measurement(workload, wrapper, kind, wrapper.startswith("parallelenv"), n, 10, rates=[rate],
