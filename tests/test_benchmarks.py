@@ -378,8 +378,9 @@ def test_the_many_worker_workloads_run_each_path_and_the_peers_where_k_is_one():
     from benchmarks.wrappers import default_wrappers
 
     ours = ["parallelenv-subproc-counted", "parallelenv-subproc-perpipe", "parallelenv-subproc-healing"]
-    assert default_wrappers("sleep5-64x1", quick=False) == ours + ["gymnasium-async", "sb3-subproc"]
-    assert default_wrappers("sleep20-64x4", quick=False) == ours
+    # Each beside the bound of a lockstep with no library (benchmarks/lockstep.py).
+    assert default_wrappers("sleep5-64x1", quick=False) == ours + ["lockstep", "gymnasium-async", "sb3-subproc"]
+    assert default_wrappers("sleep20-64x4", quick=False) == ours + ["lockstep"]
     assert (WORKLOADS["sleep5-64x4"].num_envs, WORKLOADS["sleep5-64x4"].envs_per_worker) == (256, 4)
     assert WORKLOADS["sleep20-8x1"].wait_s == 0.02
     assert [w for w in parse_args(["--quick"]).workloads if w.startswith("sleep")] == ["sleep5-8x1"]
