@@ -28,6 +28,7 @@ import numpy as np
 
 from benchmarks.registry import EnvFactory, Runner
 from parallelenv.backends.subproc import futex
+from parallelenv.backends.subproc.lifeline import tie_to_parent
 
 # The shared words: the batch step's number, what it asks (below), the seed of a reset.
 _GENERATION, _COMMAND, _SEED = 0, 1, 2
@@ -125,6 +126,7 @@ class LockstepRunner(Runner):
 def _serve(errors: Connection, factories: list[EnvFactory], columns: list[int], words: Any, raw: Any,
            dtype: np.dtype, shape: tuple[int, ...], token_reader: Connection, wake_writer: Connection) -> None:
     """A bare process: on each announcement, reset or step its envs (restarting ended episodes), take a token."""
+    tie_to_parent(errors)  # it sleeps on a futex, not a pipe: without this a killed caller would leave it behind
     envs = [factory() for factory in factories]
     actions = np.frombuffer(raw, dtype).reshape(shape)
     address = ctypes.addressof(words)
