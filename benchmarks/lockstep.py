@@ -26,9 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.own import own_module
 from benchmarks.registry import EnvFactory, Runner
-from parallelenv.backends.subproc import futex
-from parallelenv.backends.subproc.lifeline import tie_to_parent
+
+# This checkout's futex and lifeline, not the measured package's: with --against REV this process
+# imports REV's parallelenv, which may have neither (benchmarks/own.py).
+futex = own_module("backends.subproc.futex")
+tie_to_parent = own_module("backends.subproc.lifeline").tie_to_parent
 
 # The shared words: the batch step's number, what it asks (below), the seed of a reset.
 _GENERATION, _COMMAND, _SEED = 0, 1, 2

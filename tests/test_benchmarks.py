@@ -520,3 +520,72 @@ def test_report_gives_what_each_added_worker_costs_the_caller(tmp_path):
     written = json.loads((tmp_path / "out.json").read_text())["added_worker_costs"]
     assert written == [{"wrapper": "parallelenv-subproc-counted", "step_ms": 5.0, "envs_per_worker": 1,
                         "from_workers": 8, "to_workers": 64, "caller_us_per_added_worker": 2.0}]
+
+
+# A measuring process of --against REV as benchmarks.child starts one: REV's folder first on the path and the
+# working folder; it reports the modules it loaded from the harness and from parallelenv. An editable install's
+# finder, which would import a module REV lacks from the checkout, is taken out: as with a real REV, a module
+# not under REV's folder is not found.
+MEASURE_WITH_REV = """
+import json, sys
+sys.meta_path[:] = [finder for finder in sys.meta_path
+                    if not getattr(finder, "__module__", "").startswith("__editable__")]
+from benchmarks._one import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(name for name in sys.modules
+                                                  if name.partition(".")[0] in ("benchmarks", "parallelenv"))}))
+"""
+# What the harness may import of the measured package: its public API, the modules a revision as old as
+# 87653c1 has or a newer one adds (a wrapper of a feature REV lacks fails its row, and only that row).
+PUBLIC_MODULES = ("parallelenv", "parallelenv.envs", "parallelenv.rollout", "parallelenv.pool", "parallelenv.tensor")
+
+
+@pytest.mark.timeout(90)
+def test_a_measuring_process_imports_no_internal_of_the_measured_package(tmp_path, no_leaks):
+    """--against 87653c1 once failed every row: the lockstep bound's module (imported by every measuring
+    process, through benchmarks.wrappers) imported parallelenv.backends.subproc.futex, which that revision
+    lacks. Here REV is a parallelenv with nothing in it, and the lockstep bound still measures."""
+    rev = tmp_path / "rev"
+    (rev / "parallelenv").mkdir(parents=True)
+    (rev / "parallelenv" / "__init__.py").write_text('"""A revision with none of the internals of today."""\n')
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE_WITH_REV, "--workload", "sleep5-8x1", "--wrapper", "lockstep",
+         "--steps", "10", "--repeats", "1", "--result", str(tmp_path / "result.json"), "--parallelenv-from", str(rev)],
+        cwd=rev, capture_output=True, text=True, timeout=75, check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(rev), str(ROOT)])},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["error"] is None and result["skipped"] is None and result["rates"][0] > 0, done.stderr[-3000:]
+    loaded = json.loads(done.stdout.splitlines()[-1])["modules"]
+    assert [name for name in loaded if name.startswith("parallelenv.")] == []
+    # And the imports it did not run here (other wrappers', made in their constructors): public ones alone.
+    for name in (name for name in loaded if name.startswith("benchmarks")):
+        path = Path(_module_file(name))
+        for imported in _parallelenv_imports(path):
+            assert imported in PUBLIC_MODULES or imported.startswith("parallelenv.integrations."), \
+                f"{path.name}, run in every measuring process, imports {imported}: not the public API"
+
+
+def _module_file(name: str) -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.origin is not None, name
+    return spec.origin
+
+
+def _parallelenv_imports(path: Path) -> list[str]:
+    """Every module of parallelenv that ``path`` imports, at its top or inside a function."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found += [name for name in names if name.partition(".")[0] == "parallelenv"]
+    return found
