@@ -99,18 +99,6 @@ class Interruptible(Protocol):
 
 
 @runtime_checkable
-class AnswersWholeSteps(Protocol):
-    """A backend that may answer an awaited step of every env (``Step.awaited``), with nothing else under
-    way, in one Done for all the envs unless some env has something to say: the tracker then waits for
-    that one reply itself and skips its per-call bookkeeping (``InFlight``'s whole-step path)."""
-
-    @property
-    def answers_whole_steps(self) -> bool:
-        """Whether it does so now (False: the general path, whatever the replies)."""
-        ...
-
-
-@runtime_checkable
 class RestartsWorkers(Protocol):
     """A backend that can replace a dead worker: what ``on_worker_failure="restart"`` needs besides :class:`Backend`."""
 

@@ -153,15 +153,10 @@ class PendingInfos:
         if self._columns is not None and self._columns.columns:
             self._columns.forget(env_ids)
 
-    def take_whole_step(self, reply: Done, everyone: Selection) -> StepInfo:
-        """The infos of a step of every env that came as ``reply`` alone, with nothing else pending."""
-        if reply.info is None and self._columns is None:  # an in-caller backend's step
-            return StepInfo(reply.values) if reply.values else NO_INFO
-        batched, kinds = self._with_columns(reply.info, reply.info_kinds, everyone)
-        return StepInfo(reply.values, batched, kinds)
-
     def take(self, selection: Selection) -> StepInfo:
         """The infos of the READY envs of ``selection``, handed over now: they are forgotten here."""
+        if not self._per_env and not self._parts and (self._columns is None or not self._columns.columns):
+            return NO_INFO  # a training loop's step of envs that said nothing
         if selection.everyone:
             per_env, self._per_env = self._per_env, {}
         elif self._per_env:

@@ -1,7 +1,7 @@
 """Where each env's calls stand, from the front object's call to the results it hands back.
 
-:mod:`~.inflight` dispatches, waits and absorbs replies (:class:`~.inflight.InFlight`);
-:mod:`~.whole_step` is its shortcut for a step of every env answered in one reply;
-:mod:`~.ledger` records each env's state; :mod:`~.resuming` turns rebuilt envs'
+:mod:`~.inflight` dispatches, waits, absorbs replies and hands results over
+(:class:`~.inflight.InFlight`), one path for every step whatever its replies;
+:mod:`~.ledger` records each env's state (a step of every env as one entry); :mod:`~.resuming` turns rebuilt envs'
 replies into results; :mod:`~.results` shapes what is handed over.
 """

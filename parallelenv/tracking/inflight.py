@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from parallelenv.array_kinds import NumpyArrays, Selection, array_kind
-from parallelenv.backends.base import AnswersWholeSteps, Backend, RestartsWorkers, RunsInCaller
+from parallelenv.backends.base import Backend, RestartsWorkers, RunsInCaller
 from parallelenv.batching import take
 from parallelenv.calls import Call, Failure, Reply, Reset, Step
 from parallelenv.errors import AlreadyPendingError, ClosedError, WorkerDiedError, WorkerTimeoutError
@@ -31,7 +31,6 @@ from parallelenv.recycling import Recycler, Recycling
 from parallelenv.tracking.ledger import Ledger
 from parallelenv.tracking.results import Outcome, Received, add_ended
 from parallelenv.tracking.resuming import Resumer
-from parallelenv.tracking.whole_step import WholeSteps
 
 __all__ = ["InFlight"]
 
@@ -58,13 +57,16 @@ class InFlight:
         self.policy = policy
         self.call_timeout = call_timeout
         self.arrays: NumpyArrays = array_kind(backend.buffers, backend.single_action_space)
-        self.ledger = Ledger(n)
+        self.ledger = ledger = Ledger(n)
+        self._nothing_pending = lambda: ledger.num_pending == 0
         self.everyone = Selection.of(np.arange(n), n)
+        self._rows_of_everyone = self.arrays.rows(self.everyone)
         self.step_everyone = Step(self.everyone.env_ids)
         self.awaited_step_everyone = Step(self.everyone.env_ids, awaited=True)
         # The policy's finished envs (they get None results), in the buffers' array kind.
         self.finished = self.arrays.bool_zeros(n)
         self._none_result = self.arrays.bool_zeros(n)  # READY with a None result, never stepped
+        self._holds_none_results = False  # whether any row of _none_result may be set
         self.infos = PendingInfos(backend.buffers.info_columns, self.arrays)  # of READY envs
         self._call_values: dict[int, Any] = {}  # answers to the non-step call under way
         self._call_info: dict[str, Any] | None = None
@@ -83,9 +85,6 @@ class InFlight:
             healing = healing or Healing("raise", "raise", 0, 1.0)
         active = healing is not None and (healing.active or self._recycler is not None)
         self.resumer = Resumer(healing, sources, backend, self.ledger, self.select) if active else None
-        answers_whole_steps = self.answers_in_dispatch or (
-            isinstance(backend, AnswersWholeSteps) and backend.answers_whole_steps)
-        self._whole_steps = WholeSteps(self) if answers_whole_steps else None
 
     def select(self, ids: np.ndarray | None) -> Selection:
         """The selection of checked ``ids``; every env when None."""
@@ -99,44 +98,48 @@ class InFlight:
     # ------------------------------------------------------------- the front's calls
 
     def step(self, selection: Selection, actions: Any) -> Outcome:
-        """Step the envs of ``selection`` and hand over their results (see :meth:`send`)."""
-        if selection.everyone and self._whole_steps is not None and self._whole_steps.possible():
-            outcome = self._whole_steps.step(actions)
-            if outcome is not None:
-                return self._recycled_after(outcome)
-        else:
-            self.send(selection, actions, awaited=True)
+        """Step the envs of ``selection`` and hand over their results: a :meth:`send` that the caller
+        awaits whole, a wait for every one of them, then one hand-over, whatever the replies were."""
+        self.send(selection, actions, awaited=True)
         ledger = self.ledger
-        answered = (lambda: ledger.num_pending == 0) if selection.everyone else \
-            (lambda: not ledger.any_pending(selection))
-        self._wait(answered, None, drain=True, wanted=selection.count)
+        if self.answers_in_dispatch:  # the step ran as it was sent: its replies are there
+            for reply in self.backend.collect(0.0):
+                self.absorb(reply)
+        if ledger.num_pending:
+            answered = self._nothing_pending if selection.everyone else lambda: not ledger.any_pending(selection)
+            self._wait(answered, None, drain=True, wanted=selection.count)
         return self._recycled_after(self._hand_over(selection))
 
     def send(self, selection: Selection, actions: Any, awaited: bool = False) -> None:
         """Step the envs of ``selection`` with the user's ``actions``, checked before anything is
         sent; the policy's finished envs answer at once with None results instead. ``awaited``:
         the caller waits for all of them before anything else (see Step.awaited)."""
-        self._require_idle(selection, "send to")
+        ledger = self.ledger
+        if ledger.num_pending or ledger.num_ready:
+            self._require_idle(selection, "send to")
         actions = self.arrays.actions(actions, selection.count)
-        self.ledger.number(selection)
+        ledger.number(selection)
         live = None
-        rows = self.arrays.rows(selection)
+        rows = self._rows_of_everyone if selection.everyone else self.arrays.rows(selection)
         if self.policy.tracks_finished:
-            live = self.policy.live(self.finished, rows)
-            if self.arrays.reads_on_host:
+            if not self.arrays.reads_on_host:  # a device mask: the backend leaves out the envs it does not set
+                live = self.policy.live(self.finished, rows)
+                self._none_result[rows] = ~live
+                self._holds_none_results = True
+            elif self.finished.any():  # on the host, and cheaper than the mask of every step
+                live = self.policy.live(self.finished, rows)
                 if not live.all():
                     finished = selection.ids[~live]
-                    self.ledger.none_results(finished)
+                    ledger.none_results(finished)
                     self.infos.forget(finished)  # their info rows hold a step handed over before
                     self._none_result[finished] = True
+                    self._holds_none_results = True
                     actions = take(actions, live)
                     selection = selection.without(~live)
                     if not len(selection):
                         return
                     rows = self.arrays.rows(selection)
                 live = None
-            else:  # a device mask: the backend leaves out the envs it does not set
-                self._none_result[rows] = ~live
         if self.resumer is not None and self.resumer.owed:
             selection, actions = self.resumer.answer_owed(selection, actions)
             if not len(selection):
@@ -197,19 +200,20 @@ class InFlight:
     # ------------------------------------------------------------- handing over
 
     def _hand_over(self, ready: Selection) -> Outcome:
-        """The READY envs of ``ready``, received: the results of those that answered, the failures of
-        the others (whose results are dropped)."""
-        failures = self._take_failures()
+        """The READY envs of ``ready``, received: the results of those that answered, out of the buffers,
+        and the failures of the others (whose results are dropped). Every step's results, whatever the
+        replies were, reach the caller here."""
+        failures = self._failures
         if failures:
+            self._failures = []
             failed = np.isin(ready.ids, [failure.env_index for failure in failures])
             self._receive(self.select(ready.ids[failed]))
             ready = ready.without(failed)
             if not len(ready):
                 return Outcome(ready, failures)
-        return self.handed_over(ready, failures, self._receive(ready))
-
-    def handed_over(self, ready: Selection, failures: list[Failure], received: Received) -> Outcome:
-        """The outcome of a step whose READY envs ``ready`` were received: their results, out of the buffers."""
+        else:
+            failures = []
+        received = self._receive(ready)
         add_ended(received, self._buffers.ended, self._buffers.ended_obs, ready)
         self.last_step_info = received.info
         results = self.handover.step_results(self.arrays, self._buffers, ready, self.policy.tracks_finished)
@@ -218,11 +222,12 @@ class InFlight:
     def _receive(self, selection: Selection) -> Received:
         """What the replies said of the READY envs of ``selection``; they become IDLE."""
         none_result = None
-        if self.policy.tracks_finished:
+        if self._holds_none_results:
             rows = self.arrays.rows(selection)
             none_result = self._none_result[rows].copy() if self.arrays.reads_on_host \
                 else self._none_result[rows].clone()
             self._none_result[rows] = False
+            self._holds_none_results = not selection.everyone
         self.ledger.received(selection)
         return Received(self.infos.take(selection), none_result)
 
@@ -356,7 +361,8 @@ class InFlight:
                 if not reply.env_ids:
                     return
         env_ids = reply.env_ids
-        rows = slice(None) if env_ids is self.everyone.env_ids else _index(env_ids, self.everyone.env_ids)
+        every_env_id = self.everyone.env_ids
+        rows = slice(None) if env_ids is every_env_id or env_ids == every_env_id else _index(env_ids, every_env_id)
         step = reply.call_type is Step
         self.ledger.answered(env_ids, rows, step)
         if reply.failures:
@@ -374,10 +380,8 @@ class InFlight:
 
 
 def _index(env_ids: tuple[int, ...], every_env_id: tuple[int, ...]) -> slice | np.ndarray:
-    """Index per-env arrays by a reply's (distinct) env ids: a slice when they form a range,
-    as the whole group of a worker does, since slicing costs far less than fancy indexing."""
-    if env_ids == every_env_id:
-        return slice(None)
+    """Index per-env arrays by a reply's (distinct) env ids, not every env's: a slice when they form a
+    range, as the whole group of a worker does, since slicing costs far less than fancy indexing."""
     first, size = min(env_ids), len(env_ids)
     if max(env_ids) - first == size - 1:
         return slice(first, first + size)

@@ -234,12 +234,6 @@ class SubprocBackend:
             worker.knows_info_columns = False
         self._telling_columns = True
 
-    @property
-    def answers_whole_steps(self) -> bool:
-        """Whether an awaited step of every env comes back as one reply when no env has anything to
-        say: counted (see dispatch), or one worker's."""
-        return self._counts_steps or len(self._workers) == 1
-
     def _is_step_of_all(self, call: Call) -> bool:
         return type(call) is Step and call.env_ids == self.all_ids
 
