@@ -173,10 +173,11 @@ class Failure:
         raise self.error()
 
 
+# Every call gets one reply of one shape per host, whatever happened to its envs.
 # Not frozen: a frozen dataclass sets each field through object.__setattr__,
-# which costs microseconds on every reply. Nothing writes to a Done.
+# which costs microseconds on every reply. Nothing writes to a Reply.
 @dataclass(slots=True)
-class Done:
+class Reply:
     """A call ran on every env it named.
 
     ``values`` maps each env that answered to its answer: the info dict for
@@ -220,10 +221,6 @@ def _env_index(failure: Failure) -> int:
     return failure.env_index
 
 
-# Every call gets one reply of one shape, whatever happened to its envs.
-Reply = Done
-
-
 def split_call(call: Call, positions: list[int]) -> Call:
     """Keep only the envs at ``positions`` of ``call.env_ids``, with their per-env data."""
     env_ids = tuple(call.env_ids[p] for p in positions)
@@ -256,7 +253,7 @@ def method_name(call: Call) -> str:
     return type(call).__name__.lower()
 
 
-Message = TypeVar("Message", bound=Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv, Rebuild, Done])
+Message = TypeVar("Message", bound=Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv, Rebuild, Reply])
 
 
 def shifted(message: Message, offset: int) -> Message:
@@ -267,7 +264,7 @@ def shifted(message: Message, offset: int) -> Message:
     way in and back on the way out.
     """
     changes: dict[str, Any] = {"env_ids": tuple(i + offset for i in message.env_ids)}
-    if isinstance(message, Done):
+    if isinstance(message, Reply):
         changes["values"] = {i + offset: value for i, value in message.values.items()}
         changes["failures"] = tuple(
             dataclasses.replace(failure, env_index=failure.env_index + offset) for failure in message.failures

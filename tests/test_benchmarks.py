@@ -445,11 +445,12 @@ def test_the_ceiling_steps_its_share_of_the_envs_in_bare_processes(no_leaks):
 def test_the_lockstep_bound_steps_groups_of_envs_and_raises_what_an_env_raised(no_leaks):
     import functools
 
+    from envs import FaultyEnv
+
     from benchmarks.lockstep import LockstepRunner
     from benchmarks.measure import measure
     from benchmarks.workloads import WORKLOADS
     from benchmarks.wrappers import WRAPPERS
-    from envs import FaultyEnv
 
     result = measure(WORKLOADS["sleep5-8x1"], WRAPPERS["lockstep"], steps=10, repeats=1)
     assert result.error is None and result.workers == 8 and result.rates[0] > 0, result

@@ -22,7 +22,7 @@ from parallelenv.backends.subproc import wire
 from parallelenv.backends.subproc.countdown import Countdown
 from parallelenv.backends.subproc.worker import Attach, _serve
 from parallelenv.batching import zeros
-from parallelenv.calls import CallMethod, Done, Failure, GetAttr, Rebuild, ReplaceEnv, Reset, SetAttr, Step, split_call
+from parallelenv.calls import CallMethod, Failure, GetAttr, Rebuild, ReplaceEnv, Reply, Reset, SetAttr, Step, split_call
 
 GROUP = (4, 5, 6, 7)  # a worker's envs: the second group of 8
 
@@ -153,18 +153,18 @@ def test_attach_and_close():
 
 
 def test_a_quiet_step_reply_is_empty():
-    assert wire.encode_reply(Done(Step, GROUP, {})) == wire.QUIET == b""
-    assert wire.decode_reply(b"", GROUP) == Done(Step, GROUP, {})
+    assert wire.encode_reply(Reply(Step, GROUP, {})) == wire.QUIET == b""
+    assert wire.decode_reply(b"", GROUP) == Reply(Step, GROUP, {})
 
 
 @pytest.mark.parametrize(
     "reply",
     [
-        Done(Step, GROUP, {5: {"count": 2}}),
-        Done(Step, GROUP, {}, (Failure(6, "step", "ValueError", "bad", "tb"),)),
-        Done(Step, GROUP, {}, info={"count": np.arange(4)}),
-        Done(GetAttr, (5,), {5: [1, 2]}),
-        Done(SetAttr, (4, 6), {4: None, 6: None}),
+        Reply(Step, GROUP, {5: {"count": 2}}),
+        Reply(Step, GROUP, {}, (Failure(6, "step", "ValueError", "bad", "tb"),)),
+        Reply(Step, GROUP, {}, info={"count": np.arange(4)}),
+        Reply(GetAttr, (5,), {5: [1, 2]}),
+        Reply(SetAttr, (4, 6), {4: None, 6: None}),
     ],
     ids=["info", "failure", "batched info", "getattr", "setattr"],
 )
@@ -180,16 +180,16 @@ def test_a_reply_with_observations_of_no_fixed_shape_carries_their_rows():
     worker, parent = text_buffers(), text_buffers()
     for env_id in GROUP:
         worker.obs[env_id] = f"obs{env_id}"
-    message = wire.encode_reply(Done(Step, GROUP, {}), worker)  # quiet, but its rows must travel
+    message = wire.encode_reply(Reply(Step, GROUP, {}), worker)  # quiet, but its rows must travel
     assert kind(message) is wire.DONE_WITH_ROWS
-    assert wire.decode_reply(message, GROUP, parent) == Done(Step, GROUP, {})
+    assert wire.decode_reply(message, GROUP, parent) == Reply(Step, GROUP, {})
     assert [parent.obs[i] for i in GROUP] == [f"obs{i}" for i in GROUP]
     # A call that leaves no results brings no rows.
-    assert kind(wire.encode_reply(Done(GetAttr, GROUP, dict.fromkeys(GROUP)), worker)) is wire.DONE
+    assert kind(wire.encode_reply(Reply(GetAttr, GROUP, dict.fromkeys(GROUP)), worker)) is wire.DONE
 
 
 def test_a_value_that_cannot_travel_back_fails_its_env_only():
-    reply = Done(GetAttr, (4, 5), {4: threading.Lock(), 5: "fine"})
+    reply = Reply(GetAttr, (4, 5), {4: threading.Lock(), 5: "fine"})
     decoded = wire.decode_reply(wire.encode_reply(reply), reply.env_ids)
     assert decoded.values == {5: "fine"}
     assert decoded.failed_ids() == [4] and "cannot be sent back" in decoded.failures[0].message
@@ -222,7 +222,7 @@ def test_an_unknown_header_byte_is_a_clear_error():
         wire.decode_reply(b"z", GROUP)
     # Each end reads only its own kinds: a reply is no call, nor a call a reply.
     with pytest.raises(wire.UnknownMessage, match=r"expected a call, got header byte b'd'"):
-        read(wire.encode_reply(Done(GetAttr, GROUP, {})))
+        read(wire.encode_reply(Reply(GetAttr, GROUP, {})))
     with pytest.raises(wire.UnknownMessage, match=r"expected a reply, got header byte b's'"):
         wire.decode_reply(wire.encode_call(Step(GROUP), GROUP), GROUP)
     with pytest.raises(wire.UnknownMessage, match="expected a attach or close"):

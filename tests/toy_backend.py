@@ -13,7 +13,7 @@ from parallelenv.backends.env_sources import EnvSource, make_envs
 from parallelenv.backends.silencing import silenced
 from parallelenv.backends.spaces import common_spaces
 from parallelenv.batching import zeros
-from parallelenv.calls import Call, Done, Failure
+from parallelenv.calls import Call, Failure, Reply
 
 
 class ToyBackend:
@@ -22,7 +22,7 @@ class ToyBackend:
             envs = make_envs(sources, first_id=0)
         if isinstance(envs, Failure):
             envs.raise_error()  # an EnvError naming the env that could not be built
-        # The group runs calls on the envs, the policy's restarts included, and answers each with a Done.
+        # The group runs calls on the envs, the policy's restarts included, and answers each with a Reply.
         self.group = EnvGroup(envs, first_id=0, restart=config.policy.restarts_finished_envs)
         self.num_envs = len(envs)
         self.single_observation_space, self.single_action_space = common_spaces(self.group.spaces())
@@ -35,11 +35,11 @@ class ToyBackend:
     def dispatch(self, call: Call) -> None:
         self.queued.append(call)
 
-    def collect(self, timeout: float | None, wanted: int | None = None) -> list[Done]:
+    def collect(self, timeout: float | None, wanted: int | None = None) -> list[Reply]:
         if not self.queued:
             return []
         with silenced(self.no_warning):
-            return [self.group.run(self.queued.popleft())]  # one Done, naming the call's envs
+            return [self.group.run(self.queued.popleft())]  # one Reply, naming the call's envs
 
     def kill(self, env_ids: Sequence[int]) -> list[int]:
         return []  # a call running in the caller's own thread cannot be abandoned

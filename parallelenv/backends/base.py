@@ -40,7 +40,7 @@ class Backend(Protocol):
     written into the other buffers, rows indexed by env id. A backend that
     loses envs raises :class:`~parallelenv.WorkerDiedError` from either.
 
-    Every call gets one :class:`~parallelenv.calls.Done` per host (worker,
+    Every call gets one :class:`~parallelenv.calls.Reply` per host (worker,
     actor) it reached, naming the envs of the call that host ran; an env
     that raised is among its ``failures`` and every other env of the call
     still runs. ``dispatch`` raises anything else (a TypeError for data

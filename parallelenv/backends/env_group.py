@@ -4,7 +4,7 @@ Every CPU backend hosts its envs in :class:`EnvGroup` objects: the dummy
 backend one in the caller, the subprocess backend one per worker process,
 the Ray backends one per actor. A group reads its envs' actions from and
 writes their results into :class:`Buffers` rows indexed by global env id,
-and answers every call with a :class:`Done`: an env that raises is
+and answers every call with a :class:`Reply`: an env that raises is
 reported in it, and the call still runs on every other env it names.
 """
 
@@ -27,7 +27,6 @@ from parallelenv.calls import (
     Arguments,
     Call,
     CallMethod,
-    Done,
     Failure,
     GetAttr,
     Rebuild,
@@ -124,7 +123,7 @@ class EnvGroup:
                 continue
             self._write_obs(env_id, obs)
             infos[env_id] = info
-        return Done(Reset, call.env_ids, infos, tuple(failures))
+        return Reply(Reset, call.env_ids, infos, tuple(failures))
 
     def _step(self, call: Step) -> Reply:
         ids = call.env_ids
@@ -168,7 +167,7 @@ class EnvGroup:
         else:
             # Most steps of most envs have no info: one C-level pass says so before any dict is built.
             values = {env_id: info for env_id, info in zip(ids, infos, strict=True) if info} if any(infos) else {}
-        return Done(Step, call.env_ids, values, tuple(failures))
+        return Reply(Step, call.env_ids, values, tuple(failures))
 
     def _restarted(self, env_id: int, env: gym.Env, result: tuple) -> tuple:
         """The step result of an env that finished, reset in the same step ("restart").
@@ -241,7 +240,7 @@ class EnvGroup:
                 values[env_id] = run(env, env_id)
             except Exception as exc:
                 failures.append(Failure.from_exception(env_id, method, exc))
-        return Done(type(call), call.env_ids, values, tuple(failures))
+        return Reply(type(call), call.env_ids, values, tuple(failures))
 
     def _replace(self, call: ReplaceEnv) -> Reply:
         sources = dict(zip(call.env_ids, call.sources, strict=True))
@@ -279,4 +278,4 @@ class EnvGroup:
                 continue
             self._write_obs(env_id, obs)
             infos[env_id] = info
-        return Done(Rebuild, call.env_ids, infos, tuple(failures))
+        return Reply(Rebuild, call.env_ids, infos, tuple(failures))

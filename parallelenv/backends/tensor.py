@@ -3,7 +3,7 @@
 There is nothing to send anywhere: a call runs at once, in the caller, as
 masked tensor operations, and ``collect`` hands its reply back. The
 buffers are the env's own output tensors, so a step of every env moves no
-data; each reply carries the env's vector info as it is (``Done.info``).
+data; each reply carries the env's vector info as it is (``Reply.info``).
 Nothing in a step reads a value back from the device: finished envs come
 as a mask (``Step.live``), and an env that ended is restarted through a
 mask too. The env raises for the batch: its exception names the env at
@@ -24,7 +24,7 @@ from parallelenv.arguments import DerivedSeeds  # noqa: E402  (after torch's Imp
 from parallelenv.backends.base import BackendConfig, RunsInCaller, unknown_options  # noqa: E402
 from parallelenv.backends.buffers import Buffers  # noqa: E402
 from parallelenv.backends.env_sources import refuse_env_ids  # noqa: E402
-from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, Done, Failure, GetAttr, ReplaceEnv, Reset, SetAttr, Step  # noqa: E402
+from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, Failure, GetAttr, ReplaceEnv, Reply, Reset, SetAttr, Step  # noqa: E402
 from parallelenv.tensor.env import Rows, TensorEnv  # noqa: E402
 
 _MISSING = object()
@@ -63,7 +63,7 @@ class TensorBackend(RunsInCaller):
         # Allocated once: a fresh megabyte every step costs page faults that double a step at large N.
         self._ended = torch.empty_like(env.obs)
         self._done = torch.empty_like(env.terminated)
-        self._replies: list[Done] = []
+        self._replies: list[Reply] = []
         self._every_env_ids = tuple(range(self.num_envs))
 
     def dispatch(self, call: Call) -> None:
@@ -71,12 +71,12 @@ class TensorBackend(RunsInCaller):
         try:
             if type(call) is Step:
                 info = self._step(index, call.live)
-                self._replies.append(Done(Step, call.env_ids, {}, (), info))
+                self._replies.append(Reply(Step, call.env_ids, {}, (), info))
             elif type(call) is Reset:
-                self._replies.append(Done(Reset, call.env_ids, {}, info=self._reset(call, index)))
+                self._replies.append(Reply(Reset, call.env_ids, {}, info=self._reset(call, index)))
             else:
                 values = self._answer(call, index)
-                self._replies.append(Done(type(call), call.env_ids, dict(zip(call.env_ids, values, strict=True))))
+                self._replies.append(Reply(type(call), call.env_ids, dict(zip(call.env_ids, values, strict=True))))
         except _EnvRaised as raised:
             exc, method = raised.args
             env_index = getattr(exc, "env_index", None)

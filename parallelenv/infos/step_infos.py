@@ -34,7 +34,7 @@ from parallelenv.infos.vector import RESTART_KEYS, as_kind, env_info, every_scal
 
 if TYPE_CHECKING:
     from parallelenv.array_kinds import NumpyArrays, Selection
-    from parallelenv.calls import Done
+    from parallelenv.calls import Reply
     from parallelenv.infos.columns import InfoColumns
 
 __all__ = ["PendingInfos", "StepInfo"]
@@ -140,7 +140,7 @@ class PendingInfos:
         self._per_env: dict[int, dict[str, Any]] = {}
         self._parts: list[VectorPart] = []
 
-    def add(self, reply: Done) -> None:
+    def add(self, reply: Reply) -> None:
         """A step reply's infos: its per-env dicts and its vector info."""
         if reply.values:
             self._per_env.update(reply.values)

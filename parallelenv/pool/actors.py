@@ -19,7 +19,7 @@ from typing import Any
 from parallelenv.backends.ray import cluster as ray_cluster
 from parallelenv.backends.ray.resources import Ask, check, places_itself, say_waiting, standing
 from parallelenv.pool.host import WorkerHost
-from parallelenv.pool.messages import Close, Died, Failed, Reply, SetWeights, WorkerSpec
+from parallelenv.pool.messages import Close, Died, Failed, SetWeights, WorkerReply, WorkerSpec
 from parallelenv.pool.weights import Update
 
 CLOSE_GRACE_S = 10.0
@@ -43,7 +43,7 @@ class _ActorHost:
     def __init__(self, spec: WorkerSpec) -> None:
         self._host = WorkerHost(spec)
 
-    def handle(self, request: Any, payload: Any = None) -> Reply:
+    def handle(self, request: Any, payload: Any = None) -> WorkerReply:
         return self._host.handle(request, payload)
 
 
@@ -96,7 +96,7 @@ class ActorFleet:
     def send(self, worker: ActorWorker, request: Any, payload: Any = None) -> None:
         worker.refs.append(worker.handle.handle.remote(request, payload))
 
-    def wait(self, workers: list[ActorWorker], timeout: float | None) -> list[tuple[ActorWorker, Reply]]:
+    def wait(self, workers: list[ActorWorker], timeout: float | None) -> list[tuple[ActorWorker, WorkerReply]]:
         """The replies (or deaths) of ``workers`` that are in, waiting up to ``timeout`` for a first one."""
         refs = [ref for worker in workers for ref in worker.refs]
         if not refs:
@@ -107,7 +107,7 @@ class ActorFleet:
             return []
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         done = set(ready)
-        events: list[tuple[ActorWorker, Reply]] = []
+        events: list[tuple[ActorWorker, WorkerReply]] = []
         for worker in workers:
             # A worker answers in order: read its replies from the oldest up to the first not in.
             while worker.refs and worker.refs[0] in done:
@@ -118,7 +118,7 @@ class ActorFleet:
                     break
         return events
 
-    def _get(self, worker: ActorWorker, ref: Any) -> Reply:
+    def _get(self, worker: ActorWorker, ref: Any) -> WorkerReply:
         ray = self._ray
         try:
             return ray.get(ref)

@@ -23,11 +23,11 @@ from parallelenv.pool.messages import (
     Collect,
     CollectEpisodes,
     Failed,
-    Reply,
     SetWeights,
     Start,
     Started,
     UpdateEnvs,
+    WorkerReply,
     WorkerSpec,
     describe,
 )
@@ -45,7 +45,7 @@ class WorkerHost:
         self._begun = False  # the VecWorker's envs were reset with their seeds
         self._shared: SharedWeights | None = None
 
-    def handle(self, request: Any, payload: Any = None) -> Reply:
+    def handle(self, request: Any, payload: Any = None) -> WorkerReply:
         """Serve one request; an exception comes back as a :class:`Failed`, never raised.
 
         ``payload`` is the request's bulky part where it travels beside the
@@ -59,11 +59,11 @@ class WorkerHost:
                           str(exc), "".join(traceback.format_exception(exc)))
 
     @singledispatchmethod
-    def _serve(self, request: Any, payload: Any) -> Reply:
+    def _serve(self, request: Any, payload: Any) -> WorkerReply:
         raise TypeError(f"a pool worker cannot serve a {type(request).__name__}")
 
     @_serve.register
-    def _start(self, request: Start, payload: Any) -> Reply:
+    def _start(self, request: Start, payload: Any) -> WorkerReply:
         from parallelenv.parallel_env import ParallelEnv
         from parallelenv.rollout import VecWorker
 
@@ -84,7 +84,7 @@ class WorkerHost:
         return Started(os.getpid(), _ray_node())
 
     @_serve.register
-    def _set_weights(self, request: SetWeights, payload: Any) -> Reply:
+    def _set_weights(self, request: SetWeights, payload: Any) -> WorkerReply:
         value = request.inline if payload is None else payload
         if value is not None:
             kind = "policy" if request.new_policy else "state" if isinstance(value, dict) else "params"
@@ -99,17 +99,17 @@ class WorkerHost:
         return Applied(self.version)
 
     @_serve.register
-    def _update_envs(self, request: UpdateEnvs, payload: Any) -> Reply:
+    def _update_envs(self, request: UpdateEnvs, payload: Any) -> WorkerReply:
         self._vec.update_env(request.updates)
         return Applied(self.version)
 
     @_serve.register
-    def _collect(self, request: Collect, payload: Any) -> Reply:
+    def _collect(self, request: Collect, payload: Any) -> WorkerReply:
         self._begun = True
         return Chunk(self.version, self._vec.collect(request.num_steps))
 
     @_serve.register
-    def _collect_episodes(self, request: CollectEpisodes, payload: Any) -> Reply:
+    def _collect_episodes(self, request: CollectEpisodes, payload: Any) -> WorkerReply:
         vec = self._vec
         if self._begun:
             vec.start_episode()
@@ -127,7 +127,7 @@ class WorkerHost:
         return Chunk(self.version, _first_episodes(episodes, request.num_episodes))
 
     @_serve.register
-    def _close(self, request: Close, payload: Any) -> Reply:
+    def _close(self, request: Close, payload: Any) -> WorkerReply:
         self.close()
         return Applied(self.version)
 

@@ -119,7 +119,7 @@ class Died:
     reason: str
 
 
-Reply = Started | Applied | Chunk | Failed | Died
+WorkerReply = Started | Applied | Chunk | Failed | Died
 
 
 @dataclass

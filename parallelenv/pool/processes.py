@@ -24,7 +24,7 @@ from parallelenv.backends.subproc.backend import _exit_reason  # one wording of 
 from parallelenv.backends.subproc.lifeline import tie_to_parent
 from parallelenv.backends.subproc.spawning import main_module_not_rerun, single_threaded_numerics, start_context
 from parallelenv.pool.host import WorkerHost
-from parallelenv.pool.messages import Close, Died, Reply, SetWeights, WorkerSpec
+from parallelenv.pool.messages import Close, Died, SetWeights, WorkerReply, WorkerSpec
 from parallelenv.pool.weights import SharedWeights, Update
 
 CLOSE_GRACE_S = 5.0
@@ -88,21 +88,21 @@ class ProcessFleet:
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
             pass  # it died: its sentinel says so to the next wait
 
-    def wait(self, workers: list[ProcessWorker], timeout: float | None) -> list[tuple[ProcessWorker, Reply]]:
+    def wait(self, workers: list[ProcessWorker], timeout: float | None) -> list[tuple[ProcessWorker, WorkerReply]]:
         """The replies (or deaths) of ``workers`` that are in, waiting up to ``timeout`` for a first one."""
         by_handle: dict[Any, ProcessWorker] = {}
         for worker in workers:
             by_handle[worker.conn] = worker
             by_handle[worker.process.sentinel] = worker
         ready = wait(list(by_handle), timeout)
-        events: list[tuple[ProcessWorker, Reply]] = []
+        events: list[tuple[ProcessWorker, WorkerReply]] = []
         for worker in dict.fromkeys(by_handle[handle] for handle in ready):
             events.extend((worker, reply) for reply in self._read(worker))
         return events
 
-    def _read(self, worker: ProcessWorker) -> list[Reply]:
+    def _read(self, worker: ProcessWorker) -> list[WorkerReply]:
         """Every reply waiting in the pipe; a death last, once the pipe is drained."""
-        replies: list[Reply] = []
+        replies: list[WorkerReply] = []
         try:
             while worker.conn.poll():
                 replies.append(pickle.loads(worker.conn.recv_bytes()))

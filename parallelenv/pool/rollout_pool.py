@@ -31,13 +31,13 @@ from parallelenv.pool.messages import (
     CollectEpisodes,
     Died,
     Failed,
-    Reply,
     Request,
     Sent,
     SetWeights,
     Start,
     Started,
     UpdateEnvs,
+    WorkerReply,
     WorkerSpec,
     describe,
 )
@@ -350,7 +350,7 @@ class RolloutPool:
                     self._replace(slot, f"it did not answer within call_timeout={self.call_timeout:g} s",
                                   WORKER_HUNG)
 
-    def _on_reply(self, slot: _Slot, reply: Reply) -> None:
+    def _on_reply(self, slot: _Slot, reply: WorkerReply) -> None:
         if isinstance(reply, Died):
             self._replace(slot, reply.reason, WORKER_DIED)
             return

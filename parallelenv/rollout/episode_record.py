@@ -12,7 +12,7 @@ import numpy as np
 
 from parallelenv.arrays import Tree, stack, to_numpy, tree_map
 from parallelenv.infos import step_info
-from parallelenv.rollout.settling import Step
+from parallelenv.rollout.settling import StepRecord
 from parallelenv.rollout.trajectories import EpisodeBatch
 
 NOT_RECORDED = -1  # an episode's start: it began before recording did, so it is not handed over
@@ -22,7 +22,7 @@ class EpisodeRecord:
     """Steps of every env since the oldest recorded episode in progress, and the episodes completed."""
 
     def __init__(self, num_envs: int) -> None:
-        self.steps: list[Step] = []
+        self.steps: list[StepRecord] = []
         self.first_step = 0  # the step number of steps[0]
         self.episode_start = np.full(num_envs, NOT_RECORDED, dtype=np.int64)
         self.completed: list[EpisodeBatch] = []
@@ -46,7 +46,7 @@ class EpisodeRecord:
         self.steps, self.completed = [], []
         self.episode_start[:] = NOT_RECORDED
 
-    def add(self, step: Step, ended: np.ndarray, step_count: int, cut_short: np.ndarray | None = None) -> int:
+    def add(self, step: StepRecord, ended: np.ndarray, step_count: int, cut_short: np.ndarray | None = None) -> int:
         """Record ``step``, which made the step count ``step_count``; ``ended``: the envs whose
         episode ended with it, and start a new one with the next step. Returns how many recorded
         episodes it completed: those of ``cut_short`` (envs rebuilt after a failure) are dropped,

@@ -28,7 +28,7 @@ Rows = slice | np.ndarray  # every env's slice, or a half's ids
 
 
 @dataclass(frozen=True)
-class Step(StepFields):
+class StepRecord(StepFields):
     """One step of some envs, in the worker's output format, with its vector info."""
 
     info: dict[str, Any]
@@ -38,7 +38,7 @@ class Step(StepFields):
 class Settled:
     """One step of some envs, recorded, and where it left them."""
 
-    step: Step
+    step: StepRecord
     ended: np.ndarray  # the envs whose episode ended with it
     obs: Tree  # their obs for the next step: a new episode's first where one ended
     returns: list[float]  # of the episodes that ended, in env order
@@ -104,7 +104,7 @@ class Settler:
             for p in np.flatnonzero(rebuilt).tolist():
                 put_row(next_obs, p, tree_map(lambda x, p=p: x[p], obs))
             restarted = rebuilt if restarted is None else to_numpy(restarted) | rebuilt
-        step = Step(obs, action, reward, self.out(terminated_np), self.out(truncated_np | cut), next_obs, info)
+        step = StepRecord(obs, action, reward, self.out(terminated_np), self.out(truncated_np | cut), next_obs, info)
         if not ended.any():
             return Settled(step, ended, new_obs, [], [])
         returns, lengths = self.returns[rows][ended].tolist(), self.lengths[rows][ended].tolist()

@@ -21,7 +21,7 @@ import numpy as np
 from parallelenv.array_kinds import Selection
 from parallelenv.backends.base import Backend
 from parallelenv.batching import take
-from parallelenv.calls import Call, Done, Failure, Rebuild, Reset, Step, method_name, split_call
+from parallelenv.calls import Call, Failure, Rebuild, Reply, Reset, Step, method_name, split_call
 from parallelenv.errors import WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_HUNG, Healing, SurvivedFailure
 from parallelenv.infos import ENV_RESTARTED, WORKER_RESTARTED
@@ -145,11 +145,11 @@ class Resumer:
             self._stand_in(tuple(env_ids), failure, key)
         return selection.without(owed_mask), take(actions, ~owed_mask)
 
-    def stands_in(self, reply: Done) -> bool:
+    def stands_in(self, reply: Reply) -> bool:
         """Whether ``reply`` answers a stand-in reset rather than the call it seems to."""
         return bool(self.standins) and reply.call_type is not Step and reply.env_ids[0] in self.standins
 
-    def as_restarted_step(self, reply: Done) -> Done:
+    def as_restarted_step(self, reply: Reply) -> Reply:
         """A stand-in reset's reply as the step it answers: the new episode's first obs, no reward,
         ``truncated``, and the info saying why."""
         env_ids = reply.env_ids
@@ -166,9 +166,9 @@ class Resumer:
             failure, key = self.standins.pop(env_id)
             if env_id not in failed:
                 values[env_id] = {**(reply.values.get(env_id) or {}), key: True, "failure": failure}
-        return Done(Step, env_ids, values, reply.failures)
+        return Reply(Step, env_ids, values, reply.failures)
 
-    def rebuild_failed(self, reply: Done) -> Done:
+    def rebuild_failed(self, reply: Reply) -> Reply:
         """Rebuild the envs of a step reply that raised, within the budget; the reply without them."""
         healing = self.healing
         if not healing.rebuilds_envs:
@@ -188,4 +188,4 @@ class Resumer:
         self._ledger.resent(list(ids), time.monotonic())
         self._backend.dispatch(Rebuild(ids, tuple(self._sources[i] for i in ids), healing.fresh_seeds(ids)))
         answered = tuple(i for i in reply.env_ids if i not in rebuilding)
-        return Done(Step, answered, reply.values, tuple(kept), reply.info)
+        return Reply(Step, answered, reply.values, tuple(kept), reply.info)

@@ -25,7 +25,7 @@ from parallelenv.backends.spaces import SpaceMismatch
 from parallelenv.backends.subproc import wire
 from parallelenv.backends.subproc.backend import SubprocBackend
 from parallelenv.batching import Batched, put, take
-from parallelenv.calls import NO_RESULT_CALLS, Call, Done, Failure, Reply, Step, shifted
+from parallelenv.calls import NO_RESULT_CALLS, Call, Failure, Reply, Step, shifted
 from parallelenv.errors import EnvError, WorkerDiedError
 
 LOCAL_BACKENDS: dict[str, type] = {"dummy": DummyBackend, "subproc": SubprocBackend}
@@ -161,7 +161,7 @@ def _merged(call: Call, replies: list[Reply]) -> Reply:
     for reply in replies:
         values.update(reply.values)
     failures = tuple(failure for reply in replies for failure in reply.failures)
-    return Done(replies[0].call_type, call.env_ids, values, failures)
+    return Reply(replies[0].call_type, call.env_ids, values, failures)
 
 
 def _rows(backend: Backend, rows: np.ndarray, with_step: bool) -> Rows:

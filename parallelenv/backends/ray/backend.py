@@ -28,7 +28,7 @@ from parallelenv.backends.ray.resources import Ask, check, not_started, places_i
 from parallelenv.backends.spaces import SpaceMismatch, common_spaces
 from parallelenv.backends.subproc import wire
 from parallelenv.batching import put, take, zeros
-from parallelenv.calls import Call, Done, Failure, Reply, Step, method_name
+from parallelenv.calls import Call, Failure, Reply, Step, method_name
 from parallelenv.errors import WorkerDiedError
 
 CLOSE_GRACE_S = 10.0
@@ -239,7 +239,7 @@ class RayBackend:
                 continue
             finally:
                 del self._pending[ref]
-            if isinstance(result, Done):  # the actor's method itself raised
+            if isinstance(result, Reply):  # the actor's method itself raised
                 replies.append(result)
                 continue
             reply, rows = pickle.loads(result)
@@ -258,7 +258,7 @@ class RayBackend:
         return replies
 
     def _result(self, ref: Any) -> Any:
-        """One actor's answer; a Done with every env failing when its task raised, not its env."""
+        """One actor's answer; a Reply with every env failing when its task raised, not its env."""
         pending = self._pending[ref]
         try:
             return self._get(ref, pending.actor)
@@ -269,7 +269,7 @@ class RayBackend:
                 replace(Failure.from_exception(i, method_name(pending.call), cause), exception=None)
                 for i in pending.call.env_ids
             )
-            return Done(type(pending.call), pending.call.env_ids, {}, failures)
+            return Reply(type(pending.call), pending.call.env_ids, {}, failures)
 
     def _store(self, ids: np.ndarray, rows: Rows) -> None:
         buffers = self.buffers

@@ -34,7 +34,7 @@ from parallelenv.backends.subproc.shm import SharedBuffers
 from parallelenv.backends.subproc.spawning import start_context
 from parallelenv.backends.subproc.worker import LINGER_S, Attach
 from parallelenv.backends.subproc.workers import Worker, await_report, exit_reason, start_worker
-from parallelenv.calls import Call, Done, Reply, Step
+from parallelenv.calls import Call, Reply, Step
 from parallelenv.errors import WorkerDiedError
 from parallelenv.infos import columns as info_columns
 
@@ -221,7 +221,7 @@ class SubprocBackend:
         self._telling_columns = any(not w.knows_info_columns for w in self._workers)
         return wire.INFO_COLUMNS.encode(self.buffers.info_columns.columns, message)
 
-    def _learn_info_columns(self, reply: Done) -> None:
+    def _learn_info_columns(self, reply: Reply) -> None:
         """Give the numeric keys of the first step reply with infos columns (see info_columns.learn)."""
         self._columns_learned = True
         columns = info_columns.learn(reply.values.values())

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from parallelenv.backends.subproc import futex, wire
 from parallelenv.backends.subproc.countdown import ON_PIPE, QUIET, Countdown
-from parallelenv.calls import Done, Reply, Step
+from parallelenv.calls import Reply, Step
 
 if TYPE_CHECKING:
     from parallelenv.backends.subproc.backend import SubprocBackend
@@ -162,7 +162,7 @@ class CountedSteps:
             # Every worker's part, quiet: one answer for the whole step, which the
             # tracker takes in one go, as a whole step's reply.
             self.in_flight = False
-            return [Done(Step, backend.all_ids, {})]
+            return [Reply(Step, backend.all_ids, {})]
         if self._owed is None:
             self._owed = set(range(self.countdown.num_workers))
         answers: list[Reply] = []
@@ -173,7 +173,7 @@ class CountedSteps:
                 continue
             answer = self.countdown.answer_of(index)
             if answer == QUIET:
-                answers.append(Done(Step, worker.group_ids, {}))
+                answers.append(Reply(Step, worker.group_ids, {}))
             elif answer == ON_PIPE:
                 backend.expect_on_pipe(worker, worker.group_ids)  # before any call sent to it since
             else:

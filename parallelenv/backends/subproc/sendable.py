@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parallelenv.backends import pickling
-from parallelenv.calls import Done, Failure
+from parallelenv.calls import Failure, Reply
 
 
 @dataclass(frozen=True)
@@ -34,14 +34,14 @@ def encode(message: Any) -> bytes:
         return pickling.dumps(message)
 
 
-def sendable_pickle(message: Done | WithRows) -> bytes:
+def sendable_pickle(message: Reply | WithRows) -> bytes:
     try:
         return encode(message)
     except Exception:  # an info, attribute, return value or observation that cannot be pickled
         return encode(_sendable(message))
 
 
-def _sendable(message: Done | WithRows) -> Done | WithRows:
+def _sendable(message: Reply | WithRows) -> Reply | WithRows:
     """``message`` with each value or observation row that cannot be pickled turned into its env's failure."""
     if isinstance(message, WithRows):
         failures, kept = [], []
@@ -60,10 +60,10 @@ def _sendable(message: Done | WithRows) -> Done | WithRows:
             values[env_id] = value
         else:
             failures.append(failure)
-    return _failing(Done(message.call_type, message.env_ids, values, message.failures, message.info), failures)
+    return _failing(Reply(message.call_type, message.env_ids, values, message.failures, message.info), failures)
 
 
-def _unsendable(env_id: int, reply: Done, value: Any, what: str) -> Failure | None:
+def _unsendable(env_id: int, reply: Reply, value: Any, what: str) -> Failure | None:
     try:
         encode(value)
     except Exception as exc:
@@ -73,10 +73,10 @@ def _unsendable(env_id: int, reply: Done, value: Any, what: str) -> Failure | No
     return None
 
 
-def _failing(reply: Done, failures: list[Failure]) -> Done:
+def _failing(reply: Reply, failures: list[Failure]) -> Reply:
     """``reply`` with these envs failing too, their values dropped."""
     if not failures:
         return reply
     failed = {failure.env_index for failure in failures}
     values = {env_id: value for env_id, value in reply.values.items() if env_id not in failed}
-    return Done(reply.call_type, reply.env_ids, values, (*reply.failures, *failures), reply.info)
+    return Reply(reply.call_type, reply.env_ids, values, (*reply.failures, *failures), reply.info)

@@ -50,7 +50,7 @@ from parallelenv.backends import pickling
 from parallelenv.backends.buffers import Buffers
 from parallelenv.backends.subproc.sendable import WithRows, encode, sendable_pickle
 from parallelenv.batching import read_private_rows, write_private_rows
-from parallelenv.calls import NO_RESULT_CALLS, Done, Failure, Step, method_name, per_env_fields
+from parallelenv.calls import NO_RESULT_CALLS, Failure, Reply, Step, method_name, per_env_fields
 
 _STEP_ID = np.dtype(np.int32)
 QUIET = b""  # the reply to a step when no env returned an info: its results are all in shared memory
@@ -303,7 +303,7 @@ def unreadable(exc: BaseException) -> bytes:
     return UNREADABLE.encode(Unreadable(failure.exc_type, failure.message, failure.traceback))
 
 
-def encode_reply(reply: Done, buffers: Buffers | None = None) -> bytes:
+def encode_reply(reply: Reply, buffers: Buffers | None = None) -> bytes:
     """``reply`` as the parent reads it; one that leaves results brings its envs' rows of ``buffers``' private parts."""
     private = buffers.private_obs if buffers is not None else None
     if reply.call_type is Step and not reply.values and not reply.failures and reply.info is None and not private:
@@ -313,13 +313,13 @@ def encode_reply(reply: Done, buffers: Buffers | None = None) -> bytes:
     return DONE.encode(reply)
 
 
-def decode_reply(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None = None) -> Done:
+def decode_reply(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None = None) -> Reply:
     """The reply to the call for ``env_ids``, the oldest this worker has not answered.
 
     The observation rows it brings are written into ``buffers`` here.
     """
     if data == QUIET:
-        return Done(Step, env_ids, {})
+        return Reply(Step, env_ids, {})
     try:
         kind = _REPLIES[data[0]]
     except KeyError:
@@ -327,25 +327,25 @@ def decode_reply(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None 
     return kind.decode(data, env_ids, buffers)
 
 
-def _read_done(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None) -> Done:
+def _read_reply(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None) -> Reply:
     return pickle.loads(memoryview(data)[1:])
 
 
-def _read_done_with_rows(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None) -> Done:
+def _read_reply_with_rows(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None) -> Reply:
     message = pickle.loads(memoryview(data)[1:])
     assert buffers is not None, "a reply with observation rows needs the buffers to write them into"
     write_private_rows(buffers.private_obs, message.env_ids, message.rows)
     return message.message
 
 
-def _read_unreadable(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None) -> Done:
+def _read_unreadable(data: bytes, env_ids: tuple[int, ...], buffers: Buffers | None) -> Reply:
     reply = pickle.loads(memoryview(data)[1:])
     failures = tuple(
         Failure(i, "unpickle", reply.exc_type, f"the worker could not read the call: {reply.message}", reply.traceback)
         for i in env_ids
     )
     # Its envs fail with the reason, whatever the call was (a step's action rows may hold a user's object).
-    return Done(type(None), env_ids, {}, failures)
+    return Reply(type(None), env_ids, {}, failures)
 
 
 def _nothing() -> bytes:
@@ -366,9 +366,9 @@ INFO_COLUMNS = Kind("the info columns to write from now on, for the call that fo
                    _read_with_columns)
 ATTACH = Kind("the shared buffers to attach to", b"a", True, encode, _read_pickled)
 CLOSE = Kind("close", b"q", True, _nothing, _read_close)
-DONE = Kind("reply", b"d", False, sendable_pickle, _read_done)
+DONE = Kind("reply", b"d", False, sendable_pickle, _read_reply)
 DONE_WITH_ROWS = Kind("reply with its envs' private observation rows", b"w", False, sendable_pickle,
-                      _read_done_with_rows)
+                      _read_reply_with_rows)
 UNREADABLE = Kind("the call could not be read", b"x", False, encode, _read_unreadable)
 KINDS = (GROUP_STEP, COUNTED_GROUP_STEP, STEP_OF_SOME, STEP_WITH_ROWS, COUNTED_STEP_WITH_ROWS, CALL, USE_OBS_SLOT,
          INFO_COLUMNS, ATTACH, CLOSE, DONE, DONE_WITH_ROWS, UNREADABLE)
