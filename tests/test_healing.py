@@ -212,7 +212,7 @@ def test_an_answer_written_before_its_worker_is_killed_answers_its_step_once(no_
         penv.reset(seed=0)
         counts = [0] * 4
         penv.send([1] * 4)
-        worker = penv.backend._workers[1]  # hosting envs 2 and 3
+        worker = penv.backend.worker(1)  # hosting envs 2 and 3
         assert worker.conn.poll(30), "the worker never answered"  # written, not read
         os.kill(worker.pid, signal.SIGKILL)
         assert wait_for_ready([worker.process.sentinel], 30), "the killed worker did not end"
@@ -244,8 +244,9 @@ def test_answers_read_with_an_actors_death_answer_their_step_once(make_penv, bac
     penv.send([1] * 4)
     import ray
 
-    doomed = {ref for ref, pending in penv.backend._pending.items() if 3 in pending.actor.env_ids}
-    awaited = [ref for ref in penv.backend._pending if (ref in doomed) == (killed == "after its answer")]
+    under_way = penv.backend.calls_under_way()
+    doomed = {ref for ref, env_ids in under_way if 3 in env_ids}
+    awaited = [ref for ref, _ in under_way if (ref in doomed) == (killed == "after its answer")]
     ready, _ = ray.wait(awaited, num_returns=len(awaited), timeout=30)
     assert len(ready) == len(awaited), "the actors never answered"
     os.kill(host, signal.SIGKILL)

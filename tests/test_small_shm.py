@@ -103,7 +103,7 @@ def _run_in_child(num_envs: int, expect_backing: str, kill_a_worker: bool = Fals
             obs, *_ = penv.step(np.zeros(num_envs, dtype=np.int64))
             assert (obs == ((tags + 1) % 256).astype(np.uint8)[:, None]).all()
             assert len(penv.failures) == 1
-        assert penv.backend._shared.backing == expect_backing
+        assert penv.backend.shared_memory.backing == expect_backing
     assert penv.backend.buffers is None  # closed; the segment stays mapped while the caller holds obs
     del obs  # handed over in a spare slot, the last array over the segment
     _assert_nothing_left()
@@ -211,12 +211,12 @@ def test_buffers_in_a_memfd_reach_the_workers_and_leave_nothing(no_leaks, monkey
     monkeypatch.setattr(shm, "_free_shm_bytes", lambda: 0)
     envs = [functools.partial(MegabyteEnv, i) for i in range(3)]
     with ParallelEnv(envs, para_mode="subproc", num_workers=2, on_worker_failure=on_worker_failure) as penv:
-        assert penv.backend._shared.backing == "memfd"
+        assert penv.backend.shared_memory.backing == "memfd"
         obs, _ = penv.reset(seed=0)
         obs, *_ = penv.step([0, 0, 0])
         assert (obs == np.array([1, 2, 3], dtype=np.uint8)[:, None]).all()
         # The memfd can be opened by its name only while a new worker may need to.
-        assert _names_a_memfd(penv.backend._shared.name) == (on_worker_failure == "restart")
+        assert _names_a_memfd(penv.backend.shared_memory.name) == (on_worker_failure == "restart")
         if on_worker_failure == "restart":  # and its new worker opens it
             os.kill(penv.backend.env_pids()[2], signal.SIGKILL)
             obs, _ = penv.reset(seed=0)

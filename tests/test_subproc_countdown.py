@@ -25,7 +25,7 @@ from envs import BagSpace, DelayEnv, EchoEnv, FaultyEnv, ReadOnlyHere, StallingE
 from parallelenv import EnvError, WorkerDiedError
 from parallelenv.backends.base import available_cpus
 from parallelenv.backends.subproc import wire
-from parallelenv.backends.subproc.backend import SubprocBackend
+from parallelenv.backends.subproc.counted import CountedSteps
 
 pytestmark = [
     pytest.mark.parametrize("backend", ["subproc"]),
@@ -77,18 +77,18 @@ def counted_told(monkeypatch):
     it encodes, and those of the counted steps it sends already framed (one per worker)."""
     told: list[bool] = []
     encode_call = wire.encode_call
-    dispatch_counted_step = SubprocBackend._dispatch_counted_step
+    dispatch_counted_step = CountedSteps.dispatch
 
     def spy(call, group_ids, counted=False, *args):
         told.append(counted)
         return encode_call(call, group_ids, counted, *args)
 
-    def spy_framed(backend):
-        told.extend(True for _ in backend.workers())
-        return dispatch_counted_step(backend)
+    def spy_framed(counted, obs_slot):
+        told.extend(True for _ in range(counted.countdown.num_workers))
+        return dispatch_counted_step(counted, obs_slot)
 
     monkeypatch.setattr(wire, "encode_call", spy)
-    monkeypatch.setattr(SubprocBackend, "_dispatch_counted_step", spy_framed)
+    monkeypatch.setattr(CountedSteps, "dispatch", spy_framed)
     return told
 
 
@@ -233,7 +233,7 @@ def test_workers_last_told_on_their_pipes_take_the_next_whole_step_there(make_pe
     # those pipes, and a leader of the wake-up tree (0, 4 and 8 of 12) that gets it there wakes the
     # workers after it, which wait on the words: each env steps once a call, none waits for a nap.
     penv = make_penv([counting(tag, 999) for tag in range(12)], num_workers=12)
-    waits_on_pipe = lambda: [penv.backend._counted.waits_on_pipe(worker) for worker in penv.backend._workers]  # noqa: E731
+    waits_on_pipe = lambda: [penv.backend.counted.waits_on_pipe(penv.backend.worker(i)) for i in range(12)]  # noqa: E731
     penv.reset(seed=0)
     assert waits_on_pipe() == [True] * 12
     obs, *_ = penv.step([1] * 12)  # written to every pipe

@@ -285,6 +285,10 @@ class RayBackend:
                     buffers.ended[ids] = rows.ended
                     buffers.ended_obs[ids[rows.ended]] = rows.ended_obs
 
+    def calls_under_way(self) -> list[tuple[Any, tuple[int, ...]]]:
+        """Each call under way: its Ray object ref and the env ids of the actor running it (for tests)."""
+        return [(ref, tuple(pending.actor.env_ids)) for ref, pending in self._pending.items()]
+
     def env_pids(self) -> list[int]:
         """Per env, its process: its actor (``ray``) or a worker process under the actor (``ray-subproc``).
 

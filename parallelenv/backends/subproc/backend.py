@@ -4,20 +4,23 @@ Why this shape: one pipe round trip costs more than a cheap env's step, so a
 worker steps several envs per message and every call costs one short message
 per worker, not per env. Observations, rewards and flags go through shared
 memory (see :mod:`parallelenv.backends.subproc.shm`); the pipe carries only the call
-and the envs' non-empty infos. The parent blocks in one ``poll`` on the pipes
-and the processes' sentinels, so it takes no core from the envs and learns
-at once when a worker dies; for a step of every env whose caller waits for
-all of it (:attr:`Step.awaited <parallelenv.calls.Step.awaited>`, as
-``step()`` says), it announces the step to every worker at once and sleeps
-instead on a :class:`~parallelenv.backends.subproc.countdown.Countdown` that
-only the last worker to answer wakes (see :mod:`~parallelenv.backends.subproc.counted`).
+and the envs' non-empty infos.
+
+Calls travel by one of two transports, each owning its calls under way and
+what a lost worker does to them: the pipes (:mod:`~parallelenv.backends.subproc.pipes`),
+for every call, and counted steps (:mod:`~parallelenv.backends.subproc.counted`)
+for a step of every env whose caller waits for all of it
+(:attr:`Step.awaited <parallelenv.calls.Step.awaited>`, as ``step()`` says):
+announced to every worker at once, the parent asleep on a
+:class:`~parallelenv.backends.subproc.countdown.Countdown` that only the last
+worker to answer wakes. This class picks the transport of each call, and
+tells both when a worker dies or is replaced; ``counted_steps=False`` sends
+everything on the pipes, the way to tell a bug of one transport from the other's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import select
 import time
 from collections.abc import Sequence
 from multiprocessing import resource_tracker
@@ -30,6 +33,7 @@ from parallelenv.backends.spaces import common_spaces
 from parallelenv.backends.subproc import wire
 from parallelenv.backends.subproc.countdown import Countdown
 from parallelenv.backends.subproc.counted import CountedSteps, worker_bits
+from parallelenv.backends.subproc.pipes import Pipes
 from parallelenv.backends.subproc.shm import SharedBuffers
 from parallelenv.backends.subproc.spawning import start_context
 from parallelenv.backends.subproc.worker import LINGER_S, Attach
@@ -49,6 +53,8 @@ class SubprocBackend:
         num_workers: how many worker processes.
         start_method: ``"forkserver"`` (default on Linux), ``"spawn"`` or ``"fork"``.
         start_timeout: seconds to wait for the workers to build their envs.
+        counted_steps: False sends every call on the workers' pipes, never as a counted step
+            (results are the same; to bisect a suspected bug of the countdown's transport).
     """
 
     def __init__(
@@ -58,6 +64,7 @@ class SubprocBackend:
         num_workers: int | None = None,
         start_method: str | None = None,
         start_timeout: float | None = 120.0,
+        counted_steps: bool = True,
     ) -> None:
         sources = env_list(sources)
         num_envs = len(sources)
@@ -77,13 +84,14 @@ class SubprocBackend:
         # Counted steps pay where every worker has a core to compute on: there a
         # wake-up of the parent lands on a core an env is using. With more workers
         # than cores, a message per worker costs the parent more than the stragglers'
-        # overlap gains where one futex call announces the step to all (64 workers of
-        # a sleeping env: ~1,400 us a step read from the pipes); without futexes, reading
-        # each reply as it comes overlapped with the stragglers (jitter16 lockstep ran
-        # ~4% slower counted). With one worker its reply is the only wake-up anyway.
+        # overlap gains where one futex call announces the step to all; without
+        # futexes, reading each reply as it comes overlaps with the stragglers
+        # (the performance page has the figures). With one worker its reply is
+        # the only wake-up anyway.
         has_cores = num_workers <= available_cpus()
-        self._counts_steps = num_workers > 1 and (has_cores or self._countdown.broadcasts)
-        self._on_pipes = 0  # calls sent on the pipes and not yet answered, all workers together
+        if not isinstance(counted_steps, bool):
+            raise TypeError(f"counted_steps={counted_steps!r}; use True or False")
+        self._counts_steps = counted_steps and num_workers > 1 and (has_cores or self._countdown.broadcasts)
         self._columns_learned = False
         self._telling_columns = False  # some worker has yet to be told the info columns' layout
         # Workers attach to the shared memory and so register it with a
@@ -104,31 +112,25 @@ class SubprocBackend:
             raise
 
     def _watch(self) -> None:
-        """Set up the structures of the hot path once: a poll set and the whole-group split."""
-        # One poll object for the backend's life: `connection.wait` would build
-        # and fill a selector on every call.
-        self._poll = select.poll()
-        self._by_fd: dict[int, tuple[Worker, bool]] = {}
-        self._counted = CountedSteps(self, self._workers, self._countdown)
-        for worker in self._workers:
-            self._watch_worker(worker)
+        """Set up the transports and the whole-group split once."""
         self.all_ids = tuple(range(self.num_envs))
+        self.pipes = Pipes()
+        self.counted = CountedSteps(self._workers, self._countdown, self.all_ids)
+        for worker in self._workers:
+            self.pipes.watch(worker)
+            self.counted.watch(worker)
         # Actions that travel in the messages make each step's message its own.
         self._announces_steps = not self.buffers.private_actions
         self._group_steps: list[tuple[Worker, Call]] = [(w, Step(w.group_ids)) for w in self._workers]
 
-    def _watch_worker(self, worker: Worker) -> None:
-        if worker.death is not None:
-            return
-        for fd, is_sentinel in ((worker.conn.fileno(), False), (worker.process.sentinel, True)):
-            self._poll.register(fd, select.POLLIN)
-            self._by_fd[fd] = (worker, is_sentinel)
-        self._counted.watch(worker)
+    @property
+    def shared_memory(self) -> SharedBuffers | None:
+        """The segment the buffers live in (None once closed): its backing and name, for tests and debugging."""
+        return self._shared
 
-    def expect_on_pipe(self, worker: Worker, env_ids: tuple[int, ...]) -> None:
-        """A reply about ``env_ids`` comes on ``worker``'s pipe before those of the calls sent it since."""
-        worker.sent.appendleft(env_ids)
-        self._on_pipes += 1
+    def worker(self, index: int) -> Worker:
+        """The parent's handle on worker ``index`` (its pid, pipe and process), as today: for tests and debugging."""
+        return self._workers[index]
 
     def _start_worker(self, index: int, env_ids: list[int]) -> Worker:
         ctx, payloads, config, linger_s, _ = self._restart_with
@@ -168,16 +170,18 @@ class SubprocBackend:
         # taken as it comes (send(), then a recv of some) would hand over
         # nothing until its last env answered; one not counted only costs the
         # parent more wake-ups. The countdown is the backend's, one step at a time.
+        pipes, counted_steps = self.pipes, self.counted
         counted = (self._counts_steps and type(call) is Step and call.awaited and call.env_ids == self.all_ids
-                   and not self._on_pipes and not self._counted.in_flight)
+                   and not pipes.in_flight and not counted_steps.in_flight)
         if counted and not self._telling_columns and self._announces_steps:
-            self._dispatch_counted_step()
+            for worker in counted_steps.dispatch(self.buffers.obs_slot):
+                self._not_sent(worker)
             return
         routed = self._route(call)
         for worker, _ in routed:
             if worker.death is not None:
                 raise worker.death
-        self._counted.settle_slots()
+        counted_steps.settle_slots()
         # Every message is made before any is sent: one that cannot be pickled
         # raises here, and no worker has started a call the others never get.
         obs_slot = self.buffers.obs_slot
@@ -187,31 +191,26 @@ class SubprocBackend:
             messages = [self._with_info_columns(worker, message) for (worker, _), message in zip(routed, messages,
                                                                                                 strict=True)]
         if counted:
-            self._counted.begin()  # its quiet answers reach collect through the countdown only
-        on_words = self._counted.sending_on_pipes([worker for worker, _ in routed], counted)
+            counted_steps.begin()  # its quiet answers reach collect through the countdown only
+        on_words = counted_steps.sending_on_pipes([worker for worker, _ in routed], counted)
         for (worker, worker_call), message in zip(routed, messages, strict=True):
-            if not counted:
-                worker.sent.append(worker_call.env_ids)
-                self._on_pipes += 1
             worker.obs_slot = obs_slot
-            try:
-                worker.conn.send_bytes(message)
-            except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-                self.not_sent(worker)
+            if counted:  # answered through the countdown, or on the pipe where the worker talks
+                try:
+                    worker.conn.send_bytes(message)
+                except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+                    self._not_sent(worker)
+            elif not pipes.send(worker, worker_call.env_ids, message):
+                self._not_sent(worker)
         if on_words:
             self._countdown.ring(worker_bits(on_words, len(on_words) == len(self._workers)))
 
-    def not_sent(self, worker: Worker) -> None:
+    def _not_sent(self, worker: Worker) -> None:
         """A worker whose pipe broke while a call was sent: the other workers still get their share,
         the call is under way, and the next collect reports this one's death."""
         if worker.death is None:
             self.lose(worker)
             self._unreported.append(worker)
-
-    def _dispatch_counted_step(self) -> None:
-        """What :meth:`dispatch` does for a counted step of every env: announced to every worker at once
-        (see :mod:`~parallelenv.backends.subproc.counted`), the parent's share of a training loop's step."""
-        self._counted.dispatch(self.buffers.obs_slot)
 
     def _with_info_columns(self, worker: Worker, message: bytes) -> bytes:
         """``message``, behind the layout of the info columns if the worker has not been told it yet."""
@@ -248,33 +247,31 @@ class SubprocBackend:
             raise self._unreported.pop(0).death  # type: ignore[misc]  # set when it was recorded
         replies: list[Reply] = []
         dead: list[Worker] = []
-        counted = self._counted
+        pipes, counted = self.pipes, self.counted
         if counted.in_flight:
             # The answers of a counted step that came through the countdown alone; those
             # with something to say follow on the pipes, read below with everything else.
             complete = counted.wait(timeout, dead)
+            for worker in dead:
+                self.lose(worker)
             if not complete:
                 timeout = 0.0  # time is up: hand over what has arrived, so only envs still silent count as hung
-            replies = counted.answers(complete)
-        if self._on_pipes:
-            for fd, _ in self._poll.poll(_milliseconds(timeout)):
-                worker, is_sentinel = self._by_fd[fd]
-                if worker.death is not None:
-                    continue  # its pipe and sentinel may both be in this poll's events
-                if not is_sentinel:
-                    try:
-                        reply = wire.decode_reply(worker.conn.recv_bytes(), worker.sent[0], self.buffers)
-                    except (EOFError, OSError):
-                        pass
-                    else:
-                        worker.sent.popleft()
-                        self._on_pipes -= 1
-                        if not self._columns_learned and reply.values and reply.call_type is Step:
-                            self._learn_info_columns(reply)
-                        replies.append(reply)
-                        continue
+            talking: list[Worker] = []
+            replies = counted.answers(complete, talking)
+            for worker in talking:
+                pipes.expect(worker, worker.group_ids)  # before any call sent to it since
+        if pipes.in_flight:
+            newly_dead: list[Worker] = []
+            read = pipes.collect(timeout, self.buffers, newly_dead)
+            for worker in newly_dead:
                 self.lose(worker)
-                dead.append(worker)
+            dead += newly_dead
+            if not self._columns_learned:
+                for reply in read:
+                    if reply.values and reply.call_type is Step:
+                        self._learn_info_columns(reply)
+                        break
+            replies += read
         if dead:
             # What was read before is the caller's all the same, the dead worker's own reply too.
             self._unreported.extend(dead[1:])
@@ -285,11 +282,10 @@ class SubprocBackend:
         return replies
 
     def lose(self, worker: Worker, reason: str | None = None) -> WorkerDiedError:
-        """Record a worker's death and stop watching its pipe and sentinel."""
+        """Record a worker's death; each transport forgets what was under way on it."""
         if worker.death is None:
-            for fd in (worker.conn.fileno(), worker.process.sentinel):
-                self._poll.unregister(fd)
-            self._counted.lost(worker)
+            self.pipes.lost(worker)
+            self.counted.lost(worker)
         return worker.died(reason)
 
     def env_pids(self) -> list[int]:
@@ -307,15 +303,13 @@ class SubprocBackend:
         """Start a new worker in place of each dead one hosting ``env_ids``, attached to the same buffers."""
         ctx, _, config, _, start_timeout = self._restart_with
         deadline = None if start_timeout is None else time.monotonic() + start_timeout
-        self._counted.settle_slots()
+        self.counted.settle_slots()
         rebuilt: list[int] = []
         for group in self._groups.hosting(env_ids):
             old = self._workers[group]
             if old.death is None:
                 continue
             self._unreported = [w for w in self._unreported if w is not old]
-            self._on_pipes -= len(old.sent)
-            self._counted.num_dead -= 1
             old.process.join(timeout=1.0)
             old.release()
             new = self._start_worker(group, old.env_ids)
@@ -332,7 +326,9 @@ class SubprocBackend:
                 new.death = new.death or WorkerDiedError(new.env_ids, "its replacement failed to start")
                 raise
             finally:
-                self._watch_worker(new)
+                if new.death is None:
+                    self.pipes.watch(new)
+                    self.counted.replaced(new)
             rebuilt.extend(new.env_ids)
         self._group_steps = [(w, Step(w.group_ids)) for w in self._workers]
         return rebuilt
@@ -376,13 +372,9 @@ class SubprocBackend:
                 worker.process.join(timeout=5.0)
             worker.release()
         self._countdown.close()
-        if hasattr(self, "_counted"):
-            self._counted.close()
+        if hasattr(self, "counted"):
+            self.counted.close()
         if self._shared is not None:
             self.buffers = None  # type: ignore[assignment]  # the arrays die with the segment
             self._shared.release()
 
-
-def _milliseconds(timeout: float | None) -> int | None:
-    """A ``poll`` timeout: None waits forever; never rounded down to a busy loop."""
-    return None if timeout is None else math.ceil(timeout * 1000)

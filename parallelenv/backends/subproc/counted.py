@@ -13,6 +13,10 @@ ends the parent's wait; the death is reported with the answers taken so far
 the live workers: the parent then waits for their *finished* marks instead of
 the wake-up, takes their answers as they come, and lays out fresh tokens
 before the next step. A worker restarted meanwhile takes no part in it.
+
+This transport owns the step under way and what a lost worker does to it; it
+never calls the backend: what the backend must act on (a pipe that broke, a
+worker found dead, a worker that answers on its pipe) is what its calls return.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from parallelenv.backends.subproc.countdown import ON_PIPE, QUIET, Countdown
 from parallelenv.calls import Reply, Step
 
 if TYPE_CHECKING:
-    from parallelenv.backends.subproc.backend import SubprocBackend
     from parallelenv.backends.subproc.workers import Worker
 
 # How often the parent looks at the finished marks while a death leaves it without the last worker's wake-up.
@@ -36,15 +39,15 @@ _DYING_POLL_MS = 1
 
 
 class CountedSteps:
-    """The counted step of ``backend`` under way, if any: sent by :meth:`dispatch`, read by :meth:`wait` and
+    """The counted step under way on ``workers``, if any: sent by :meth:`dispatch`, read by :meth:`wait` and
     :meth:`answers`."""
 
-    def __init__(self, backend: SubprocBackend, workers: list[Worker], countdown: Countdown) -> None:
-        self._backend = backend
+    def __init__(self, workers: list[Worker], countdown: Countdown, all_ids: tuple[int, ...]) -> None:
+        self._all_ids = all_ids
         self._workers = workers  # the backend's list: a restarted worker takes its predecessor's place
         self.countdown = countdown
         self.in_flight = False
-        self.num_dead = 0  # workers dead and not replaced
+        self._num_dead = 0  # workers dead and not replaced
         self._slot_of_all: int | None = None  # the obs slot of every worker since the last counted step
         self._by_sentinel: dict[int, Worker] = {}
         # Once a step is taken in parts (some worker talks, or died): the workers whose answer is not yet taken.
@@ -68,7 +71,7 @@ class CountedSteps:
         """``worker`` died: stop watching it; if it had a part in the step under way, that part is lost."""
         self._poll.unregister(worker.process.sentinel)
         self._waiting_on_pipes.discard(worker.index)  # a worker started in its place waits on the words
-        self.num_dead += 1
+        self._num_dead += 1
         # It may leave its token of a step under way unread.
         self.countdown.tokens_unsure = True
         if self.in_flight:
@@ -78,14 +81,20 @@ class CountedSteps:
             # A leader of the wake-up tree may have died before waking the workers after it.
             self.countdown.ring()
 
+    def replaced(self, worker: Worker) -> None:
+        """``worker`` takes a dead one's place (in the workers' list): it waits on the countdown's words."""
+        self._num_dead -= 1
+        self.watch(worker)
+
     def begin(self) -> None:
         """A counted step is under way, its messages sent by the caller (they carry more than the step)."""
         self.countdown.arm()
         self.in_flight, self._owed, self._dying = True, None, None
 
-    def dispatch(self, obs_slot: int) -> None:
-        """Step every worker's group into ``obs_slot``, the actions being in shared memory."""
-        if self.num_dead:
+    def dispatch(self, obs_slot: int) -> list[Worker]:
+        """Step every worker's group into ``obs_slot``, the actions being in shared memory; the workers
+        whose pipe broke as the step was written there (each is lost, the others step)."""
+        if self._num_dead:
             for worker in self._workers:
                 if worker.death is not None:
                     raise worker.death
@@ -100,12 +109,14 @@ class CountedSteps:
         self._waiting_on_pipes.clear()
         # Where no futex reaches a worker, the same few bytes to its pipe, framed as Connection.recv_bytes reads them.
         framed = self._framed[obs_slot]
+        broken = []
         for worker in on_pipes:
             try:
                 if os.write(worker.fd, framed) != len(framed):  # a few bytes: a short write means a broken pipe
                     raise BrokenPipeError(f"a short write to worker {worker.pid}'s pipe")
             except OSError:
-                self._backend.not_sent(worker)
+                broken.append(worker)
+        return broken
 
     def sending_on_pipes(self, workers: list[Worker], counted: bool) -> list[Worker]:
         """``workers`` are about to be sent a call on their pipes: those of them asleep on the countdown's
@@ -126,7 +137,7 @@ class CountedSteps:
     def wait(self, timeout: float | None, dead: list[Worker]) -> bool:
         """Sleep until the last worker of the step wakes us (True), ``timeout`` passes, or workers die
         (False; they join ``dead``). After a death, True once every live worker has finished."""
-        countdown, backend = self.countdown, self._backend
+        countdown = self.countdown
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._dying is not None and countdown.finished(self._live()):
@@ -138,9 +149,7 @@ class CountedSteps:
             events = self._poll.poll(-1 if wait_ms is None else wait_ms / 1000)
             for fd, _ in events:
                 if fd != countdown.fileno():
-                    worker = self._by_sentinel[fd]
-                    backend.lose(worker)
-                    dead.append(worker)
+                    dead.append(self._by_sentinel[fd])
             if dead:
                 return False
             if events and countdown.complete() and self._dying is None:
@@ -154,15 +163,14 @@ class CountedSteps:
         dying = self._dying or ()
         return [index for index in range(self.countdown.num_workers) if index not in dying]
 
-    def answers(self, complete: bool) -> list[Reply]:
+    def answers(self, complete: bool, talking: list[Worker]) -> list[Reply]:
         """The step's answers there are (``complete``: every live worker has answered); a worker that
-        talks answers on its pipe as well, read with the replies to other calls."""
-        backend = self._backend
+        talks answers on its pipe instead, and joins ``talking``: its reply comes there before any other."""
         if self._owed is None and self._dying is None and complete and self.countdown.all_quiet():
             # Every worker's part, quiet: one answer for the whole step, which the
-            # tracker takes in one go, as a whole step's reply.
+            # tracker takes in one go.
             self.in_flight = False
-            return [Reply(Step, backend.all_ids, {})]
+            return [Reply(Step, self._all_ids, {})]
         if self._owed is None:
             self._owed = set(range(self.countdown.num_workers))
         answers: list[Reply] = []
@@ -175,7 +183,7 @@ class CountedSteps:
             if answer == QUIET:
                 answers.append(Reply(Step, worker.group_ids, {}))
             elif answer == ON_PIPE:
-                backend.expect_on_pipe(worker, worker.group_ids)  # before any call sent to it since
+                talking.append(worker)
             else:
                 continue
             self._owed.discard(index)
@@ -184,7 +192,6 @@ class CountedSteps:
             if self._dying is not None:
                 self.countdown.tokens_unsure = True
         return answers
-
 
     def close(self) -> None:
         self._poll.close()
