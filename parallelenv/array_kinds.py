@@ -19,6 +19,7 @@ from gymnasium import spaces
 
 from parallelenv.arrays import is_tensor
 from parallelenv.batching import Batched, batch_checker, put, take, zero_positions
+from parallelenv.infos.keys import IDLE, IDLE_MASK
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ class NumpyArrays:
         reward[positions] = 0.0
         terminated[positions] = True
         truncated[positions] = False
-        info["idle"], info["_idle"] = none_result.copy(), none_result.copy()
+        info[IDLE], info[IDLE_MASK] = none_result.copy(), none_result.copy()
 
 
 class TorchArrays(NumpyArrays):
@@ -208,7 +209,7 @@ class TorchArrays(NumpyArrays):
         reward.masked_fill_(none_result, 0.0)
         terminated.logical_or_(none_result)
         truncated.logical_and_(~none_result)
-        info["idle"], info["_idle"] = none_result, none_result.clone()
+        info[IDLE], info[IDLE_MASK] = none_result, none_result.clone()
 
 
 def array_kind(buffers: Any, action_space: spaces.Space) -> NumpyArrays:

@@ -139,7 +139,7 @@ def rows_reader(batched: Batched) -> Callable[[Any], list[Any]]:
     """
     if isinstance(batched, np.ndarray):
         if batched.ndim == 1:
-            # NumPy scalars, copies by nature; a list of the array itself costs a third less than of a view.
+            # NumPy scalars, copies by nature; a list of the array itself costs less than one of a view.
             return lambda rows: list(batched if rows is None else batched[rows])
         return lambda rows: list((batched if rows is None else batched[rows]).copy())
     if isinstance(batched, dict):

@@ -175,7 +175,7 @@ class Failure:
 
 # Every call gets one reply of one shape per host, whatever happened to its envs.
 # Not frozen: a frozen dataclass sets each field through object.__setattr__,
-# which costs microseconds on every reply. Nothing writes to a Reply.
+# a cost that every reply would pay on the step path. Nothing writes to a Reply.
 @dataclass(slots=True)
 class Reply:
     """A call ran on every env it named.

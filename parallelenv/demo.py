@@ -157,7 +157,7 @@ def draw_chart(path: Path, runs: list[Run], num_envs: int) -> None:
     fig, (speed, startup) = plt.subplots(1, 2, figsize=(10, 0.45 * len(shown) + 1.8), sharey=True,
                                          gridspec_kw={"width_ratios": [3, 2]})
     speed.barh(modes, rates, color=colours)
-    speed.set_xscale("log")  # dummy and ray differ by ~100x on CartPole
+    speed.set_xscale("log")  # on a linear scale dummy's CartPole bar would flatten ray's
     speed.set_xlim(10 ** math.floor(math.log10(min(rates) / 2)), max(rates) * 4)
     speed.set_xlabel("env-steps/s (log scale; higher is faster)")
     for position, (rate, run) in enumerate(zip(rates, shown, strict=True)):

@@ -26,6 +26,7 @@ DEFAULT_RESTART_WINDOW_S = 60.0
 WORKER_DIED = "worker died"
 WORKER_HUNG = "worker hung"
 ENV_ERROR = "env error"
+WORKER_RECYCLED = "worker recycled"  # replaced on purpose: see parallelenv.recycling
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,10 @@ is handed over), the worker is stopped and a new one started with its envs
 rebuilt from their factories. Each of those envs is cut as healing cuts a
 rebuilt env: its next step answers with its new episode's first obs,
 ``truncated=True`` and ``info["worker_restarted"]``, and the replacement is
-logged in ``penv.failures`` with ``kind="worker recycled"``. Recycling
-spends none of the restart budget, and nothing sent is lost: a worker with a
-call under way is recycled at a later step.
+logged in ``penv.failures`` with ``kind="worker recycled"``
+(``healing.WORKER_RECYCLED``). Recycling spends none of the restart budget,
+and nothing sent is lost: a worker with a call under way is recycled at a
+later step.
 """
 
 from __future__ import annotations
@@ -19,16 +20,20 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from parallelenv.backends.base import RestartsWorkers
     from parallelenv.tracking.ledger import Ledger
-    from parallelenv.tracking.resuming import Resumer
 
-WORKER_RECYCLED = "worker recycled"  # the kind of its entry in penv.failures
+
+class Replaces(Protocol):
+    """The call tracker's resumer, which replaces each worker of ``(its env ids, why)`` and resumes its envs
+    as rebuilt ones. A protocol, not that class: this module is below the tracker that acts on it."""
+
+    def recycle(self, workers: list[tuple[list[int], str]]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ class Recycler:
         now = time.monotonic()
         self._started = [now] * len(self._groups)
 
-    def after_hand_over(self, rows: slice | np.ndarray, ledger: Ledger, resumer: Resumer) -> None:
+    def after_hand_over(self, rows: slice | np.ndarray, ledger: Ledger, resumer: Replaces) -> None:
         """The envs of ``rows`` took a step; replace every worker due now that has no call under way
         (the others at a later step), in one go: a limit of steps or seconds makes every worker due at
         once, and Ray would otherwise start their actors one after another. Their envs answer their next

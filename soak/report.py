@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from parallelenv.recycling import WORKER_RECYCLED
+from parallelenv.healing import WORKER_RECYCLED
 from soak.judge import Verdict
 from soak.run import Outcome
 

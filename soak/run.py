@@ -10,7 +10,8 @@ import numpy as np
 import psutil
 
 from parallelenv import ParallelEnv, Recycling
-from parallelenv.recycling import WORKER_RECYCLED, resident_mb
+from parallelenv.healing import WORKER_RECYCLED
+from parallelenv.recycling import resident_mb
 from soak import resources
 from soak.faults import Fault, FaultPlan, inject
 from soak.judge import Verdict, bounded, flat

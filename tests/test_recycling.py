@@ -15,7 +15,8 @@ import pytest
 from envs import LeakyEnv
 
 from parallelenv import ParallelEnv, Recycling
-from parallelenv.recycling import WORKER_RECYCLED, resident_mb
+from parallelenv.healing import WORKER_RECYCLED
+from parallelenv.recycling import resident_mb
 
 WORKER_BACKENDS = ("subproc", "ray", "ray-subproc")
 

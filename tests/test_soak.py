@@ -16,8 +16,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import HAS_RAY
 
-from parallelenv.healing import ENV_ERROR, WORKER_DIED, SurvivedFailure
-from parallelenv.recycling import WORKER_RECYCLED
+from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_RECYCLED, SurvivedFailure
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # soak/ is not installed: importable from the checkout only

@@ -37,6 +37,7 @@ from parallelenv.calls import (
     Step,
     method_name,
 )
+from parallelenv.infos.keys import ENDED_STATE, RESET, RESET_INFO
 
 # Observations are written in one assignment from the list of them when
 # their rows are a slice (a whole group's step): NumPy copies each into its
@@ -186,9 +187,9 @@ class EnvGroup:
             self.buffers.ended_obs[env_id] = obs
         new_obs, reset_info = env.reset()
         if reset_info:
-            info = {**info, "reset_info": reset_info}
+            info = {**info, RESET_INFO: reset_info}
         if ended is None:
-            info = {**info, "ended_state": ended_state, "reset": True}
+            info = {**info, ENDED_STATE: ended_state, RESET: True}
         else:
             ended[env_id] = True  # only once the reset succeeded: a failed one reports the env's error instead
         return new_obs, reward, terminated, truncated, info

@@ -28,13 +28,25 @@ shared instance, and choosing again is free and loses nothing.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from parallelenv.array_kinds import NumpyArrays, Selection
-    from parallelenv.backends.buffers import Buffers
+
+
+class ObsBuffers(Protocol):
+    """What the kinds read and write of a backend's :class:`~parallelenv.backends.buffers.Buffers`
+    (the rest they hand on to ``NumpyArrays.step_results``). A protocol because that module imports
+    this one to choose its kind: importing it back would close a cycle."""
+
+    obs: Any
+    obs_slot: int
+    obs_leases: list[weakref.ref[np.ndarray] | None]
+    obs_memory: list[memoryview]
+
+    def use_obs_slot(self, slot: int) -> None: ...
 
 
 class Handover:
@@ -44,15 +56,15 @@ class Handover:
     #: Whether a call's results on every env are the buffers themselves.
     lends = False
 
-    def before_whole_call(self, buffers: Buffers, step_of_every_env: bool) -> None:
+    def before_whole_call(self, buffers: ObsBuffers, step_of_every_env: bool) -> None:
         """A call of every env is about to be sent, with no other in flight: pick where it writes."""
 
-    def whole_step_obs(self, buffers: Buffers) -> Any:
+    def whole_step_obs(self, buffers: ObsBuffers) -> Any:
         """The observations in the buffers, every row of them written by the steps being handed over,
         as the caller's own without a copy; None where they are to be copied out."""
         return None
 
-    def step_results(self, arrays: NumpyArrays, buffers: Buffers, selection: Selection,
+    def step_results(self, arrays: NumpyArrays, buffers: ObsBuffers, selection: Selection,
                      fills_none_results: bool) -> tuple[Any, Any, Any, Any]:
         """Obs, reward, terminated and truncated of the READY envs of ``selection``, just received.
 
@@ -76,7 +88,7 @@ class Renew(Handover):
 
     kind = "renew"
 
-    def whole_step_obs(self, buffers: Buffers) -> Any:
+    def whole_step_obs(self, buffers: ObsBuffers) -> Any:
         obs = buffers.obs
         buffers.obs = np.empty_like(obs)
         return obs
@@ -104,11 +116,11 @@ class Slot(Handover):
 
     kind = "slot"
 
-    def before_whole_call(self, buffers: Buffers, step_of_every_env: bool) -> None:
+    def before_whole_call(self, buffers: ObsBuffers, step_of_every_env: bool) -> None:
         buffers.use_obs_slot(self.free_slot(buffers) if step_of_every_env else 0)
 
     @staticmethod
-    def free_slot(buffers: Buffers) -> int:
+    def free_slot(buffers: ObsBuffers) -> int:
         """A spare slot no lease of which is alive, or 0 (``obs`` as allocated) when the caller holds every spare."""
         leases = buffers.obs_leases
         for slot in range(1, len(leases)):
@@ -117,7 +129,7 @@ class Slot(Handover):
                 return slot
         return 0
 
-    def whole_step_obs(self, buffers: Buffers) -> Any:
+    def whole_step_obs(self, buffers: ObsBuffers) -> Any:
         slot = buffers.obs_slot
         if not slot:  # slot 0: a step of some envs, or every spare held: the rows are copied out
             return None

@@ -25,6 +25,7 @@ from parallelenv.backends.base import BackendConfig, RunsInCaller, unknown_optio
 from parallelenv.backends.buffers import Buffers  # noqa: E402
 from parallelenv.backends.env_sources import refuse_env_ids  # noqa: E402
 from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, Failure, GetAttr, ReplaceEnv, Reply, Reset, SetAttr, Step  # noqa: E402
+from parallelenv.infos.keys import ENDED_STATE, ENDED_STATE_MASK, RESET, RESET_MASK  # noqa: E402
 from parallelenv.tensor.env import Rows, TensorEnv  # noqa: E402
 
 _MISSING = object()
@@ -39,7 +40,7 @@ class TensorBackend(RunsInCaller):
     Results of a call on every env are the env's output buffers, which the
     next step rewrites (``ParallelEnv(copy=False)``, its default here), as
     Isaac Gym hands them over: on the CPU, fresh megabytes every step cost
-    page faults that nearly halve the speed at N=65536. ``copy=True`` gives
+    page faults, which slow large batches down. ``copy=True`` gives
     fresh tensors.
     """
 
@@ -60,7 +61,7 @@ class TensorBackend(RunsInCaller):
         self.single_action_space = env.single_action_space
         self.buffers = Buffers(env.obs, env.actions, env.reward, env.terminated, env.truncated, lent=True)
         self._restarts = config.policy.restarts_finished_envs
-        # Allocated once: a fresh megabyte every step costs page faults that double a step at large N.
+        # Allocated once: a fresh megabyte every step costs page faults, a large share of a step at large N.
         self._ended = torch.empty_like(env.obs)
         self._done = torch.empty_like(env.terminated)
         self._replies: list[Reply] = []
@@ -156,7 +157,7 @@ class TensorBackend(RunsInCaller):
         if not self.buffers.lent and index is None:
             ended, mine = ended.clone(), mine.clone()
         # One tensor serves as the value and the mask of both entries.
-        info["ended_state"], info["_ended_state"], info["reset"], info["_reset"] = ended, mine, mine, mine
+        info[ENDED_STATE], info[ENDED_STATE_MASK], info[RESET], info[RESET_MASK] = ended, mine, mine, mine
         return info
 
     def _reset(self, call: Reset, index: torch.Tensor | None) -> dict[str, Any]:

@@ -31,14 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from parallelenv.infos.vector import ENV_RESTARTED, RESTART_KEYS, WORKER_RESTARTED
+from parallelenv.infos.keys import ENV_ID, ENV_RESTARTED, RESTART_KEYS, WORKER_RESTARTED
 
 #: 8-byte cells per env: a scalar takes one, an array as many as its bytes
 #: need. Keys past them travel in the replies.
 INFO_CELLS = 32
 CELL_BYTES = 8
 # Keys the library itself puts in infos: built by the parent from their own records.
-RESERVED_KEYS = frozenset({*RESTART_KEYS, ENV_RESTARTED, WORKER_RESTARTED, "env_id"})
+RESERVED_KEYS = frozenset({*RESTART_KEYS, ENV_RESTARTED, WORKER_RESTARTED, ENV_ID})
 _PYTHON_NUMBERS = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64)}
 
 

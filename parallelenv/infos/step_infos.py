@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parallelenv.arrays import concatenate
-from parallelenv.infos.vector import RESTART_KEYS, as_kind, env_info, every_scalar_as_python, vector_info
+from parallelenv.infos.keys import RESTART_KEYS
+from parallelenv.infos.vector import as_kind, env_info, every_scalar_as_python, vector_info
 
 if TYPE_CHECKING:
     from parallelenv.array_kinds import NumpyArrays, Selection

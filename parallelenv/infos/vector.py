@@ -14,6 +14,14 @@ from typing import Any
 import numpy as np
 
 from parallelenv.arrays import to_numpy
+from parallelenv.infos.keys import (
+    ENDED_STATE,
+    ENDED_STATE_MASK,
+    ENV_RESTARTED_MASK,
+    RESET_INFO,
+    RESTART_KEYS,
+    WORKER_RESTARTED_MASK,
+)
 
 _SCALARS = (bool, int, float)
 _OBJECT = np.dtype(object)
@@ -253,15 +261,11 @@ def env_info(
 
 def ended_states(vector: dict[str, Any]) -> dict[int, Any]:
     """The last obs of each episode a ``restart`` step ended, by position in the step's envs."""
-    mask = vector.get("_ended_state")
+    mask = vector.get(ENDED_STATE_MASK)
     if mask is None:
         return {}
     positions = np.flatnonzero(to_numpy(mask))
-    return {int(p): env_info(vector, int(p))["ended_state"] for p in positions}
-
-
-# What the ``restart`` policy adds to the info of an env it reset in a step.
-RESTART_KEYS = frozenset({"ended_state", "reset", "reset_info"})
+    return {int(p): env_info(vector, int(p))[ENDED_STATE] for p in positions}
 
 
 def step_info(vector: dict[str, Any], position: int) -> dict[str, Any]:
@@ -271,20 +275,15 @@ def step_info(vector: dict[str, Any], position: int) -> dict[str, Any]:
 
 def reset_info(vector: dict[str, Any], position: int) -> dict[str, Any]:
     """The info of the reset that the ``restart`` policy did in a step ({} if none, or if it had none)."""
-    return env_info(vector, position).get("reset_info", {})
-
-
-# The info keys of an env rebuilt after a failure (docs/design.rst, "Surviving failures").
-WORKER_RESTARTED = "worker_restarted"  # rebuilt with its worker
-ENV_RESTARTED = "env_restarted"  # rebuilt after its step raised
+    return env_info(vector, position).get(RESET_INFO, {})
 
 
 def rebuilt_envs(info: Mapping[str, Any], n: int) -> np.ndarray:
     """The mask of the ``n`` envs that a step's vector ``info`` says were rebuilt after a failure in it:
     their obs is a new episode's first, and the episode they were in ended, cut, where they last were."""
     rebuilt = np.zeros(n, dtype=bool)
-    for key in (WORKER_RESTARTED, ENV_RESTARTED):
-        mask = info.get("_" + key)
+    for mask_key in (WORKER_RESTARTED_MASK, ENV_RESTARTED_MASK):  # docs/design.rst, "Surviving failures"
+        mask = info.get(mask_key)
         if mask is not None:
             rebuilt |= to_numpy(mask).astype(bool)
     return rebuilt

@@ -47,20 +47,18 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from parallelenv.arrays import copy_tree
 from parallelenv.batching import allocate, as_gymnasium_batch, check_batch, private_parts, put, take, unbatch, zeros
 from parallelenv.calls import Arguments
-from parallelenv.infos import (
-    ENV_RESTARTED,
+from parallelenv.infos import env_info, python_dtypes_as_python, rebuilt_envs
+from parallelenv.infos.keys import (
+    ENDED_STATE,
+    ENDED_STATE_MASK,
+    FAILURE_KEYS,
+    FINAL_INFO,
+    FINAL_OBS,
+    RESET_INFO,
     RESTART_KEYS,
-    WORKER_RESTARTED,
-    env_info,
-    python_dtypes_as_python,
-    rebuilt_envs,
 )
 from parallelenv.integrations.consumers import check_consumer
-from parallelenv.parallel_env import ParallelEnv
 from parallelenv.policies import Policy
-
-# What a rebuilt env's info says of the failure that cut its episode; the rest is its new episode's reset info.
-CUT_KEYS = (WORKER_RESTARTED, ENV_RESTARTED, "failure")
 
 
 def autoreset_modes(policy: Policy) -> tuple[AutoresetMode, ...]:
@@ -109,7 +107,8 @@ class GymnasiumVectorEnv(VectorEnv):
         >>> envs.close()
     """
 
-    def __init__(self, penv: ParallelEnv, autoreset_mode: AutoresetMode | str | None = None) -> None:
+    # penv: a ParallelEnv, not imported here: ParallelEnv.as_gymnasium imports this module.
+    def __init__(self, penv: Any, autoreset_mode: AutoresetMode | str | None = None) -> None:
         modes = autoreset_modes(penv.policy)
         mode = modes[0] if autoreset_mode is None else AutoresetMode(autoreset_mode)
         if mode not in modes:
@@ -223,7 +222,7 @@ class GymnasiumVectorEnv(VectorEnv):
         failure their info. The next reset of each, the reset step's or reset_mask's, starts its new one."""
         put(obs, rebuilt, take(self._obs, rebuilt))
         for i in rebuilt.tolist():
-            entries[i] = {key: entries[i][key] for key in CUT_KEYS if key in entries[i]}
+            entries[i] = {key: entries[i][key] for key in FAILURE_KEYS if key in entries[i]}
 
     def _merge(self, entries: dict[int, dict[str, Any]]) -> dict[str, Any]:
         """Per-env infos (by env) merged as ``SyncVectorEnv`` merges them."""
@@ -264,7 +263,7 @@ class GymnasiumVectorEnv(VectorEnv):
 
     def _same_step_info(self, info: dict[str, Any]) -> dict[str, Any]:
         """Gymnasium's SAME_STEP info out of the ``restart`` policy's, merged as ``SyncVectorEnv`` merges it."""
-        ended = info.get("_ended_state")
+        ended = info.get(ENDED_STATE_MASK)
         rebuilt = rebuilt_envs(info, self.num_envs)
         if ended is None and not rebuilt.any():
             return info
@@ -279,16 +278,16 @@ class GymnasiumVectorEnv(VectorEnv):
                 own = handed_over.env_step_info(p, p, python_dtypes_as_python)
                 entry = {key: own.get(key, value) for key, value in entry.items()}
             if ended is not None and ended[p]:
-                final_obs, reset_info = entry.pop("ended_state"), entry.pop("reset_info", {})
+                final_obs, reset_info = entry.pop(ENDED_STATE), entry.pop(RESET_INFO, {})
                 step_info = {key: value for key, value in entry.items() if key not in RESTART_KEYS}
-                infos = self._add_info(infos, {"final_obs": final_obs, "final_info": step_info}, p)
+                infos = self._add_info(infos, {FINAL_OBS: final_obs, FINAL_INFO: step_info}, p)
                 entry = reset_info
             elif rebuilt[p]:
                 # Rebuilt after a failure, the env answered with its new episode's first obs and reset
                 # info: the old episode was cut where the caller last saw it, and the failure ended it.
                 # The top level keeps the failure too, where the ParallelEnv reports it.
-                cut = {key: entry[key] for key in CUT_KEYS if key in entry}
-                infos = self._add_info(infos, {"final_obs": unbatch(self._obs, p), "final_info": cut}, p)
+                cut = {key: entry[key] for key in FAILURE_KEYS if key in entry}
+                infos = self._add_info(infos, {FINAL_OBS: unbatch(self._obs, p), FINAL_INFO: cut}, p)
             infos = self._add_info(infos, entry, p)
         return infos
 

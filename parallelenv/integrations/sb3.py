@@ -37,6 +37,7 @@ from parallelenv.arrays import copy_tree
 from parallelenv.batching import put, unbatch
 from parallelenv.calls import Arguments
 from parallelenv.infos import ended_states, env_info, rebuilt_envs, reset_info, step_info
+from parallelenv.infos.keys import ENV_ID, TERMINAL_OBSERVATION, TIMELIMIT_TRUNCATED
 from parallelenv.integrations import is_wrapped
 from parallelenv.parallel_env import ParallelEnv
 
@@ -91,8 +92,8 @@ class SB3VecEnv(VecEnv):
         ended = ended_states(info)
         infos = [step_info(info, i) for i in range(self.num_envs)]
         for i, own in enumerate(infos):
-            own.pop("env_id", None)
-            own["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+            own.pop(ENV_ID, None)
+            own[TIMELIMIT_TRUNCATED] = bool(truncated[i] and not terminated[i])
         dones = terminated | truncated
         done_ids = np.flatnonzero(dones)
         # An env rebuilt after a failure answered with a new episode's first obs: its
@@ -100,11 +101,11 @@ class SB3VecEnv(VecEnv):
         rebuilt = rebuilt_envs(info, self.num_envs) if self._last_obs is not None else np.zeros(self.num_envs, bool)
         if self._restarts:
             for i in done_ids.tolist():
-                infos[i]["terminal_observation"] = unbatch(self._last_obs, i) if rebuilt[i] else ended[i]
+                infos[i][TERMINAL_OBSERVATION] = unbatch(self._last_obs, i) if rebuilt[i] else ended[i]
                 self.reset_infos[i] = reset_info(info, i)
         elif done_ids.size:
             for i in done_ids.tolist():
-                infos[i]["terminal_observation"] = unbatch(self._last_obs if rebuilt[i] else obs, i)
+                infos[i][TERMINAL_OBSERVATION] = unbatch(self._last_obs if rebuilt[i] else obs, i)
             reset_obs, first_info = self.penv.reset(id=done_ids)
             put(obs, done_ids, reset_obs)
             for p, i in enumerate(done_ids.tolist()):

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from tianshou.env import BaseVectorEnv
 
+from parallelenv.infos.keys import ENV_ID
 from parallelenv.parallel_env import ParallelEnv
 
 
@@ -109,7 +110,7 @@ class TianshouVectorEnv(BaseVectorEnv):
                 raise ValueError("action must not be None unless the env is asynchronous (wait_num or timeout)")
             results = self.penv.step(action, id=ids, align="batch")
             for env, result in zip(ids, results, strict=True):
-                result[4]["env_id"] = env
+                result[4][ENV_ID] = env
         else:
             results = self._step_async(action, ids)
         obs, reward, terminated, truncated, info = zip(*results, strict=True) if results else ([],) * 5
@@ -133,7 +134,7 @@ class TianshouVectorEnv(BaseVectorEnv):
                 wait_num=min(self.wait_num, len(self.waiting_id)), timeout=self.timeout, align="batch"
             )
         for result in results:
-            env = int(result[4]["env_id"])
+            env = int(result[4][ENV_ID])
             self.waiting_id.remove(env)
             self.ready_id.append(env)
         return results

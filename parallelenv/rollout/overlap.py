@@ -25,6 +25,7 @@ import numpy as np
 from parallelenv.arrays import Tree, concatenate, is_tensor, take_rows, tree_map
 from parallelenv.errors import EnvError, NoPendingCallError, ParallelEnvError
 from parallelenv.infos import env_info, joined_rows, vector_info
+from parallelenv.infos.keys import ENV_ID, ENV_ID_MASK
 from parallelenv.rollout.trajectories import StepFields, Transitions
 
 if TYPE_CHECKING:
@@ -136,8 +137,8 @@ class CollectsOverlapped:
         missing = arrived.missing(wanted)
         while missing:
             results = self.penv.recv(wait_num=missing)  # own arrays: only the tensor backend lends its buffers
-            env_ids = results[4].pop("env_id")
-            del results[4]["_env_id"]
+            env_ids = results[4].pop(ENV_ID)
+            del results[4][ENV_ID_MASK]
             if missing == len(wanted) and np.array_equal(env_ids, wanted):
                 return results
             arrived.add(env_ids, results)
@@ -163,7 +164,8 @@ class _Arrivals:
 
     A half is taken out of them as whole rows, one copy per array, however
     many returns it came in: across 32 workers the halves' answers mix in
-    most steps, and taking each env's row and info apart cost ~4 us an env.
+    most steps, and taking each env's row and info apart would cost every
+    step a pass per env.
     """
 
     def __init__(self) -> None:

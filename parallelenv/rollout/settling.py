@@ -19,6 +19,7 @@ import numpy as np
 
 from parallelenv.arrays import Tree, copy_tree, put_masked, put_row, put_rows, to_numpy, tree_map
 from parallelenv.infos import ended_states, rebuilt_envs
+from parallelenv.infos.keys import ENDED_STATE, ENDED_STATE_MASK
 from parallelenv.rollout.trajectories import StepFields
 
 if TYPE_CHECKING:
@@ -87,14 +88,14 @@ class Settler:
             cut |= ~done  # the asynchronous=None rule has finished every env (overlap settles all rows together then)
         ended = done | cut
         new_obs = next_obs
-        restarted = info.get("_ended_state")
+        restarted = info.get(ENDED_STATE_MASK)
         rebuilt = rebuilt_envs(info, len(terminated_np))
         if not rebuilt.any():
             rebuilt = None
         if restarted is not None or rebuilt is not None:
             next_obs = copy_tree(next_obs)
         if restarted is not None:  # asynchronous="restart" reset these envs: their real last obs is in the info
-            if not put_masked(next_obs, restarted, info["ended_state"]):
+            if not put_masked(next_obs, restarted, info[ENDED_STATE]):
                 for p, last in ended_states(info).items():
                     put_row(next_obs, p, last)
         if rebuilt is not None:

@@ -25,7 +25,7 @@ _TO_UNIT = 2.0**-24
 
 
 def _int32(value: int) -> torch.Tensor:
-    # A 0-dim int32 operand costs half the time of a Python int, which torch converts at every call.
+    # A 0-dim int32 operand costs less than a Python int, which torch converts at every call.
     return torch.tensor(value, dtype=torch.int32)
 
 

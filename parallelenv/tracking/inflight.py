@@ -84,7 +84,7 @@ class InFlight:
             self._recycler = Recycler(recycling, backend, n)
             healing = healing or Healing("raise", "raise", 0, 1.0)
         active = healing is not None and (healing.active or self._recycler is not None)
-        self.resumer = Resumer(healing, sources, backend, self.ledger, self.select) if active else None
+        self.resumer = Resumer(healing, sources, backend, self) if active else None
 
     def select(self, ids: np.ndarray | None) -> Selection:
         """The selection of checked ``ids``; every env when None."""
@@ -140,8 +140,8 @@ class InFlight:
                         return
                     rows = self.arrays.rows(selection)
                 live = None
-        if self.resumer is not None and self.resumer.owed:
-            selection, actions = self.resumer.answer_owed(selection, actions)
+        if self.resumer is not None and self.resumer.due:
+            selection, actions = self.resumer.send_due_resets(selection, actions)
             if not len(selection):
                 return
             rows = self.arrays.rows(selection)
@@ -183,7 +183,7 @@ class InFlight:
         self._require_idle(selection, f"call {type(call).__name__} on")
         if self.resumer is not None and type(call) is Reset:
             self.resumer.healing.remember_seeds(call.env_ids, call.seeds)
-            self.resumer.forget_owed(call.env_ids)
+            self.resumer.forget_due(call.env_ids)
         self._call_values, self._call_info = {}, None
         self._sync_call = call
         try:
@@ -193,8 +193,8 @@ class InFlight:
             self._sync_call = None
         values, info = self._call_values, self._call_info
         self._call_values, self._call_info = {}, None
-        failures = self._take_failures()
-        answered = _without(selection, failures)
+        failures, self._failures = self._failures, []
+        answered = selection.without(np.isin(selection.ids, [f.env_index for f in failures])) if failures else selection
         return Outcome(answered, failures, Received(StepInfo({}, info), None), values=values)
 
     # ------------------------------------------------------------- handing over
@@ -337,10 +337,19 @@ class InFlight:
             lost, f"envs {overdue} did not answer within call_timeout={self.call_timeout} s; their worker was killed"
         )
 
-    def _take_failures(self) -> list[Failure]:
-        """The failures absorbed since the last call, oldest first; they are forgotten here."""
-        failures, self._failures = self._failures, []
-        return failures
+    def pending_among(self, ids: np.ndarray) -> np.ndarray:
+        return self.ledger.pending_among(ids)
+
+    def send_new(self, call: Call, selection: Selection) -> None:
+        self.ledger.dispatched(selection, time.monotonic())
+        self.backend.dispatch(call)
+
+    def send_instead(self, call: Call, env_ids: tuple[int, ...]) -> None:
+        self.ledger.resent(list(env_ids), time.monotonic())  # a rebuilt env's clock starts again
+        self.backend.dispatch(call)
+
+    def abandon(self, env_ids: np.ndarray) -> None:
+        self.ledger.lost(env_ids)
 
     def track_finished(self, index: Any, reply: Reply) -> None:
         """The policy's finished envs after the step ``reply`` answered for the envs of ``index``."""
@@ -386,10 +395,3 @@ def _index(env_ids: tuple[int, ...], every_env_id: tuple[int, ...]) -> slice | n
     if max(env_ids) - first == size - 1:
         return slice(first, first + size)
     return np.array(env_ids, dtype=np.int64)
-
-
-def _without(selection: Selection, failures: list[Failure]) -> Selection:
-    """The envs of ``selection`` less those that failed; ``selection`` itself when none did."""
-    if not failures:
-        return selection
-    return selection.without(np.isin(selection.ids, [failure.env_index for failure in failures]))

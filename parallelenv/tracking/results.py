@@ -14,6 +14,7 @@ import numpy as np
 from parallelenv.array_kinds import NumpyArrays, Selection
 from parallelenv.batching import Batched, unbatch
 from parallelenv.calls import Failure
+from parallelenv.infos.keys import ENDED_STATE, ENDED_STATE_MASK, ENV_ID, ENV_ID_MASK, RESET, RESET_MASK
 from parallelenv.infos.step_infos import StepInfo
 
 NONE_RESULT: tuple[Any, ...] = (None, None, True, False, {})
@@ -91,10 +92,10 @@ def item_results(
     info = received.info.vector(ids)
     if received.ended is not None:
         ended = received.ended
-        info["ended_state"], info["_ended_state"] = received.ended_state, ended
-        info["reset"], info["_reset"] = ended.copy(), ended.copy()
+        info[ENDED_STATE], info[ENDED_STATE_MASK] = received.ended_state, ended
+        info[RESET], info[RESET_MASK] = ended.copy(), ended.copy()
     if env_ids is not None:
-        info["env_id"], info["_env_id"] = env_ids.copy(), np.ones(n, dtype=bool)
+        info[ENV_ID], info[ENV_ID_MASK] = env_ids.copy(), np.ones(n, dtype=bool)
     if step_arrays is None:
         return obs, info
     if received.none_result is not None:
@@ -120,9 +121,9 @@ def batch_results(
     for p, i in enumerate(ids.tolist()):
         info = step_info.env_info(p, i)
         if ended[p]:
-            info = {**info, "ended_state": received.ended_state[p], "reset": True}
+            info = {**info, ENDED_STATE: received.ended_state[p], RESET: True}
         if env_ids is not None:
-            info = {**info, "env_id": i}
+            info = {**info, ENV_ID: i}
         if step_arrays is None:
             results.append((unbatch(obs, p), info))
         elif none_result[p]:

@@ -3,18 +3,21 @@
 :class:`Resumer` is the call tracker's collaborator for
 ``on_worker_failure`` / ``on_env_error="restart"``: the tracker hands it a
 worker's death (:meth:`Resumer.survive`), the steps it sends
-(:meth:`Resumer.answer_owed`) and the replies it takes
-(:meth:`Resumer.as_restarted_step`, :meth:`Resumer.rebuild_failed`); it
-changes the calls' states only through the tracker's
-:class:`~parallelenv.tracking.ledger.Ledger`. The choices and the budget are
-:mod:`parallelenv.healing`'s; replacing a worker is the backend's (``restart``).
+(:meth:`Resumer.send_due_resets`) and the replies it takes
+(:meth:`Resumer.as_restarted_step`, :meth:`Resumer.rebuild_failed`). It sends
+calls and changes their states only through the tracker's own calls
+(:class:`Tracker`), never the backend's dispatch or the ledger. The choices
+and the budget are :mod:`parallelenv.healing`'s; replacing a worker is the
+backend's (``restart``).
+
+A rebuilt env owes the caller its new episode's first obs as the answer to a
+step: at once, by a reset *standing in* for the step under way, or, where it had
+no call under way, at its next step (its new episode is then *due*).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,30 +26,33 @@ from parallelenv.backends.base import Backend
 from parallelenv.batching import take
 from parallelenv.calls import Call, Failure, Rebuild, Reply, Reset, Step, method_name, split_call
 from parallelenv.errors import WorkerDiedError, WorkerTimeoutError
-from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_HUNG, Healing, SurvivedFailure
-from parallelenv.infos import ENV_RESTARTED, WORKER_RESTARTED
-from parallelenv.recycling import WORKER_RECYCLED
-from parallelenv.tracking.ledger import Ledger
+from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_HUNG, WORKER_RECYCLED, Healing, SurvivedFailure
+from parallelenv.infos.keys import ENV_RESTARTED, FAILURE, WORKER_RESTARTED
+
+
+class Tracker(Protocol):
+    """What the resumer asks of the call tracker (:class:`~parallelenv.tracking.inflight.InFlight`): the
+    envs of ``ids`` with a call under way; to send ``call`` to envs with none under way (``send_new``), or
+    in place of the calls under way of ``env_ids``, whose envs were rebuilt (``send_instead``); and to give
+    up the calls under way of ``env_ids`` (``abandon``)."""
+
+    def select(self, ids: np.ndarray | None) -> Selection: ...
+    def pending_among(self, ids: np.ndarray) -> np.ndarray: ...
+    def send_new(self, call: Call, selection: Selection) -> None: ...
+    def send_instead(self, call: Call, env_ids: tuple[int, ...]) -> None: ...
+    def abandon(self, env_ids: np.ndarray) -> None: ...
 
 
 class Resumer:
     """What rebuilt envs owe the caller, and the calls that stand in for the ones they lost."""
 
-    def __init__(
-        self,
-        healing: Healing,
-        sources: list[Any] | None,
-        backend: Backend,
-        ledger: Ledger,
-        select: Callable[[np.ndarray], Selection],
-    ) -> None:
+    def __init__(self, healing: Healing, sources: list[Any] | None, backend: Backend, tracker: Tracker) -> None:
         self.healing = healing
         self._sources = sources  # the user's envs, from which on_env_error="restart" rebuilds one
         self._backend = backend
-        self._ledger = ledger
-        self._select = select
+        self._tracker = tracker
         # Rebuilt envs that had no call under way: their next step answers with their new episode's first obs.
-        self.owed: dict[int, tuple[SurvivedFailure, str]] = {}
+        self.due: dict[int, tuple[SurvivedFailure, str]] = {}
         # Rebuilt envs whose reset (or Rebuild) under way stands in for a step: the failure and the info key.
         self.standins: dict[int, tuple[SurvivedFailure, str]] = {}
 
@@ -76,28 +82,29 @@ class Resumer:
         if not rebuilt:
             return []
         ids = np.array(sorted(rebuilt), dtype=np.int64)
-        pending = self._ledger.pending_among(ids)
+        pending = self._tracker.pending_among(ids)
         for env_id in np.setdiff1d(ids, pending).tolist():
-            self.owed[env_id] = (failure, WORKER_RESTARTED)
+            self.due[env_id] = (failure, WORKER_RESTARTED)
         if not pending.size:
             return []
-        self._ledger.resent(pending, time.monotonic())
         # A step sent earlier (send(), then another call) is still under way
         # beside the call run() has under way: each is answered as its own kind.
         in_call = np.isin(pending, sync_call.env_ids) if sync_call is not None else np.zeros(len(pending), bool)
         stepping = pending[~in_call]
         if stepping.size:
-            self._stand_in(tuple(stepping.tolist()), failure, WORKER_RESTARTED)
+            self._tracker.send_instead(self._stand_in(tuple(stepping.tolist()), failure, WORKER_RESTARTED),
+                                       tuple(stepping.tolist()))
         calling = pending[in_call]
         if not calling.size:
             return []
         assert sync_call is not None
         if type(sync_call) is Reset:
             position = {env_id: p for p, env_id in enumerate(sync_call.env_ids)}
-            self._backend.dispatch(split_call(sync_call, [position[i] for i in calling.tolist()]))
+            again = split_call(sync_call, [position[i] for i in calling.tolist()])
+            self._tracker.send_instead(again, again.env_ids)
             return []
         # An answer of the old env cannot be had from a new one.
-        self._ledger.lost(calling)
+        self._tracker.abandon(calling)
         return [
             Failure(
                 env_id, method_name(sync_call), "parallelenv.errors.WorkerDiedError",
@@ -118,32 +125,32 @@ class Resumer:
             renewed = sorted(env_id for env_id in env_ids if env_id in rebuilt)
             self._resume(renewed, self.healing.record(tuple(renewed), WORKER_RECYCLED, reason), None)
 
-    def forget_owed(self, env_ids: tuple[int, ...]) -> None:
+    def forget_due(self, env_ids: tuple[int, ...]) -> None:
         """These envs are reset anyway: their new episode starts there, not at their next step."""
         for env_id in env_ids:
-            self.owed.pop(env_id, None)
+            self.due.pop(env_id, None)
 
-    def _stand_in(self, env_ids: tuple[int, ...], failure: SurvivedFailure, key: str) -> None:
-        """Reset rebuilt envs with fresh seeds; the reply answers their step (see :meth:`as_restarted_step`)."""
+    def _stand_in(self, env_ids: tuple[int, ...], failure: SurvivedFailure, key: str) -> Reset:
+        """The reset of rebuilt envs, with fresh seeds, whose reply answers their step (see
+        :meth:`as_restarted_step`)."""
         for env_id in env_ids:
             self.standins[env_id] = (failure, key)
-        seeds = self.healing.fresh_seeds(env_ids)
-        self._backend.dispatch(Reset(env_ids, seeds, (None,) * len(env_ids)))
+        return Reset(env_ids, self.healing.fresh_seeds(env_ids), (None,) * len(env_ids))
 
-    def answer_owed(self, selection: Selection, actions: Any) -> tuple[Selection, Any]:
-        """Send the owed envs of a step their stand-in reset; the rest of the step and its actions."""
-        owed_mask = np.isin(selection.ids, list(self.owed))
-        if not owed_mask.any():
+    def send_due_resets(self, selection: Selection, actions: Any) -> tuple[Selection, Any]:
+        """Send the envs of a step whose new episode is due the reset standing in for it; the rest of
+        the step and its actions."""
+        due_mask = np.isin(selection.ids, list(self.due))
+        if not due_mask.any():
             return selection, actions
-        owed = self._select(selection.ids[owed_mask])
         by_failure: dict[int, tuple[SurvivedFailure, str, list[int]]] = {}
-        for env_id in owed.env_ids:
-            failure, key = self.owed.pop(env_id)
+        for env_id in selection.ids[due_mask].tolist():
+            failure, key = self.due.pop(env_id)
             by_failure.setdefault(id(failure), (failure, key, []))[2].append(env_id)
-        self._ledger.dispatched(owed, time.monotonic())
         for failure, key, env_ids in by_failure.values():
-            self._stand_in(tuple(env_ids), failure, key)
-        return selection.without(owed_mask), take(actions, ~owed_mask)
+            reset = self._stand_in(tuple(env_ids), failure, key)
+            self._tracker.send_new(reset, self._tracker.select(np.array(env_ids, dtype=np.int64)))
+        return selection.without(due_mask), take(actions, ~due_mask)
 
     def stands_in(self, reply: Reply) -> bool:
         """Whether ``reply`` answers a stand-in reset rather than the call it seems to."""
@@ -165,7 +172,7 @@ class Resumer:
         for env_id in env_ids:
             failure, key = self.standins.pop(env_id)
             if env_id not in failed:
-                values[env_id] = {**(reply.values.get(env_id) or {}), key: True, "failure": failure}
+                values[env_id] = {**(reply.values.get(env_id) or {}), key: True, FAILURE: failure}
         return Reply(Step, env_ids, values, reply.failures)
 
     def rebuild_failed(self, reply: Reply) -> Reply:
@@ -185,7 +192,6 @@ class Resumer:
         if not rebuilding:
             return reply
         ids = tuple(rebuilding)
-        self._ledger.resent(list(ids), time.monotonic())
-        self._backend.dispatch(Rebuild(ids, tuple(self._sources[i] for i in ids), healing.fresh_seeds(ids)))
+        self._tracker.send_instead(Rebuild(ids, tuple(self._sources[i] for i in ids), healing.fresh_seeds(ids)), ids)
         answered = tuple(i for i in reply.env_ids if i not in rebuilding)
         return Reply(Step, answered, reply.values, tuple(kept), reply.info)

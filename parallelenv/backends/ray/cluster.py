@@ -116,8 +116,7 @@ def environ_holding(name: str, value: str) -> Iterator[None]:
     environment, and its workers the raylet's: an import path given so reaches
     every worker at no cost, where one given as a job's ``runtime_env`` makes
     the raylet set up that environment for each worker it starts, which
-    doubles the time 16 actors take to start (11-12 s against 18-26 s on two
-    busy cores).
+    slows the start of every actor.
     """
     before = os.environ.get(name)
     os.environ[name] = value

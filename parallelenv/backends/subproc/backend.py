@@ -233,11 +233,8 @@ class SubprocBackend:
             worker.knows_info_columns = False
         self._telling_columns = True
 
-    def _is_step_of_all(self, call: Call) -> bool:
-        return type(call) is Step and call.env_ids == self.all_ids
-
     def _route(self, call: Call) -> list[tuple[Worker, Call]]:
-        if self._is_step_of_all(call):
+        if type(call) is Step and call.env_ids == self.all_ids:
             return self._group_steps
         return [(self._workers[group], group_call) for group, group_call in self._groups.split(call)]
 

@@ -3,9 +3,8 @@
 A parent that sleeps on every worker's pipe is woken by the first reply, goes
 back to sleep, and is woken again by the next one. With a worker per core,
 each of those wake-ups lands on a core an env is using, and on a virtual
-machine a wake-up is tens of microseconds of the waker's time: measured here,
-the worker sharing a core with the parent took ~120 us longer per CartPole
-step of its 32 envs than the other one. For ``step()`` of every env (the
+machine a wake-up costs the waker dearly: the worker sharing a core with the
+parent fell behind the other (the performance page has the figures). For ``step()`` of every env (the
 common case; the step says so, see ``Step.awaited``) the workers count down
 instead, and only the one that takes the count to zero writes a byte to the
 pipe the parent sleeps on.
@@ -71,7 +70,7 @@ _HEADER = 16
 _WRAP = 0x7FFFFFFF
 # Up to this many workers the parent wakes each itself; beyond, in a tree: it wakes about the square root
 # of them (the leaders, which wait with the top bit too), and each leader wakes the ones after it. A
-# futex call costs its caller ~1 us for each process it wakes (64 at once: ~67 us, 8: ~14 us).
+# futex call costs its caller in proportion to the processes it wakes.
 _DIRECT = 8
 _LEADERS = 1 << 31
 # How long a sleeping worker waits before it looks at its pipe anyway (the lifeline notices a dead parent first).

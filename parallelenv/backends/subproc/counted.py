@@ -51,10 +51,10 @@ class CountedSteps:
         self._slot_of_all: int | None = None  # the obs slot of every worker since the last counted step
         self._by_sentinel: dict[int, Worker] = {}
         # Once a step is taken in parts (some worker talks, or died): the workers whose answer is not yet taken.
-        self._owed: set[int] | None = None
+        self._untaken: set[int] | None = None
         self._dying: set[int] | None = None  # the workers that died in the step under way
         # What a counted step sleeps on: the countdown's wake-up, or a worker dying. An epoll set costs
-        # a wait the same whatever the number of sentinels in it (a poll: ~0.6 us more for each).
+        # a wait the same whatever the number of sentinels in it (a poll costs more for each).
         self._poll = select.epoll()
         self._poll.register(countdown.fileno(), select.EPOLLIN)
         self._framed = wire.framed_counted_group_steps()
@@ -89,7 +89,7 @@ class CountedSteps:
     def begin(self) -> None:
         """A counted step is under way, its messages sent by the caller (they carry more than the step)."""
         self.countdown.arm()
-        self.in_flight, self._owed, self._dying = True, None, None
+        self.in_flight, self._untaken, self._dying = True, None, None
 
     def dispatch(self, obs_slot: int) -> list[Worker]:
         """Step every worker's group into ``obs_slot``, the actions being in shared memory; the workers
@@ -99,7 +99,7 @@ class CountedSteps:
                 if worker.death is not None:
                     raise worker.death
         self._slot_of_all = obs_slot
-        self.in_flight, self._owed, self._dying = True, None, None
+        self.in_flight, self._untaken, self._dying = True, None, None
         if self.countdown.broadcasts:
             self.countdown.start_step(obs_slot)
             on_pipes = [self._workers[index] for index in self._waiting_on_pipes]
@@ -166,18 +166,18 @@ class CountedSteps:
     def answers(self, complete: bool, talking: list[Worker]) -> list[Reply]:
         """The step's answers there are (``complete``: every live worker has answered); a worker that
         talks answers on its pipe instead, and joins ``talking``: its reply comes there before any other."""
-        if self._owed is None and self._dying is None and complete and self.countdown.all_quiet():
+        if self._untaken is None and self._dying is None and complete and self.countdown.all_quiet():
             # Every worker's part, quiet: one answer for the whole step, which the
             # tracker takes in one go.
             self.in_flight = False
             return [Reply(Step, self._all_ids, {})]
-        if self._owed is None:
-            self._owed = set(range(self.countdown.num_workers))
+        if self._untaken is None:
+            self._untaken = set(range(self.countdown.num_workers))
         answers: list[Reply] = []
-        for index in sorted(self._owed):
+        for index in sorted(self._untaken):
             worker = self._workers[index]
             if self._dying is not None and index in self._dying:
-                self._owed.discard(index)  # its envs are the death's: the tracker resumes them
+                self._untaken.discard(index)  # its envs are the death's: the tracker resumes them
                 continue
             answer = self.countdown.answer_of(index)
             if answer == QUIET:
@@ -186,7 +186,7 @@ class CountedSteps:
                 talking.append(worker)
             else:
                 continue
-            self._owed.discard(index)
+            self._untaken.discard(index)
         if complete:
             self.in_flight = False
             if self._dying is not None:

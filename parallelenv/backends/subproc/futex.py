@@ -3,8 +3,7 @@
 A step of every env is announced to all workers by bumping one 32-bit word
 of a shared (not private) mapping and one ``FUTEX_WAKE_BITSET``: the caller
 pays one call whatever the number of workers, where a message per worker
-costs a write each (~6-8 us of the caller's time per worker, measured on the
-many-worker sleep workloads). The bitset lets a message meant for a few
+costs a write each. The bitset lets a message meant for a few
 workers wake only those: worker ``i`` waits with bit ``i % 31`` and
 :data:`EVERY_WORKER`'s top bit, so a wake-up of one worker stirs at most the
 few that share its bit, and they find nothing and sleep again.

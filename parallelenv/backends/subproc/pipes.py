@@ -2,9 +2,8 @@
 
 A worker answers its calls in order, so the head of its queue of sent calls
 is what its next reply is about. The parent sleeps in one ``poll`` on every
-pipe and every process's sentinel: it takes no core from the envs and learns
-at once when a worker dies. This class owns that queue and that poll set; a
-worker's death is reported to the backend, which tells every transport.
+pipe and sentinel: it takes no core from the envs and learns at once when a
+worker dies, which it tells the backend (the caller of :meth:`Pipes.collect`).
 """
 
 from __future__ import annotations
@@ -26,16 +25,13 @@ class Pipes:
     """The calls under way on the workers' pipes."""
 
     def __init__(self) -> None:
-        # One poll object for the backend's life: `connection.wait` would build
-        # and fill a selector on every call.
-        self._poll = select.poll()
+        self._poll = select.poll()  # one for the backend's life: `connection.wait` makes a selector a call
         self._by_fd: dict[int, tuple[Worker, bool]] = {}
         # Per worker index, the env ids of each call sent and not yet answered, oldest first.
         self._sent: dict[int, deque[tuple[int, ...]]] = {}
         self.in_flight = 0  # calls sent and not yet answered, all workers together
 
     def watch(self, worker: Worker) -> None:
-        """Read ``worker``'s pipe and watch its sentinel (it starts with nothing under way)."""
         for fd, is_sentinel in ((worker.fd, False), (worker.process.sentinel, True)):
             self._poll.register(fd, select.POLLIN)
             self._by_fd[fd] = (worker, is_sentinel)

@@ -17,8 +17,7 @@ on the countdown rather than on the pipes (see
 :mod:`parallelenv.backends.subproc.countdown`); the backend decides it, and its
 own header tells the worker. A step of some of a worker's envs (``send`` to
 a few envs, or one half of them in overlapped collection) is the header and
-their ids as 32-bit integers: pickling it costs the parent tens of
-microseconds.
+their ids as 32-bit integers, not a pickle, which costs the parent far more.
 
 A step's numeric infos go into columns of the shared buffers once the
 parent has learned them (:mod:`parallelenv.infos.columns`): it tells

@@ -98,10 +98,8 @@ def _schedule_as_batch_job() -> None:
 
     Under Linux's default policy a worker woken by the parent's message
     preempts the parent, on its core, in the middle of sending the next
-    worker's: with 16 workers on 2 cores, sending 8 of them their actions took
-    ~215 us, and ~128 us under SCHED_BATCH, which has no wake-up preemption and
-    is otherwise the default policy (jitter16: +4% lockstep, +2% k-of-n; no
-    change measured with a worker per core).
+    worker's; SCHED_BATCH has no wake-up preemption and is otherwise the
+    default policy (the performance page has the figures).
     """
     try:
         os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
@@ -134,9 +132,8 @@ def _start(conn: Connection, payloads: list[bytes], first_id: int, restart: bool
 
 # How long a worker keeps looking for its next call after answering, before it
 # sleeps, when it has a core of its own. On virtual machines a CPU that has
-# slept longer than the guest's halt-polling window (~50-200 us) takes the
-# waker ~200 us to wake, on every step; parents turn a step around in about
-# that time. The look yields the CPU on every turn, so it only uses cycles
+# slept longer than the guest's halt-polling window takes the waker about as
+# long to wake as a parent takes to turn a step around, on every step. The look yields the CPU on every turn, so it only uses cycles
 # that no other process wants; with more workers than cores those cycles are
 # wanted, and workers sleep at once.
 LINGER_S = 0.0003
@@ -154,7 +151,7 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
     # After a call that is not a counted step, the next one comes on the pipe too, most likely (send() of
     # some envs, resets, attribute calls): the worker then waits on its pipe, as the parent knows, and a step
     # announced to all is written there for it. A futex wake-up of many workers cost a caller busy with its
-    # policy ~0.3-1 ms where writing to their pipes cost ~0.12 ms (32 workers, 2 cores).
+    # policy several times what writing to their pipes did (the performance page).
     waits_on_pipe = False
     while True:
         if has_mail is not None and not waits_on_pipe:
