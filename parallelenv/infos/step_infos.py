@@ -140,9 +140,12 @@ class PendingInfos:
         self._arrays = arrays
         self._per_env: dict[int, dict[str, Any]] = {}
         self._parts: list[VectorPart] = []
+        # Whether take() may find anything: a reply brought infos since, or there are info columns to read.
+        self.holds_any = columns is not None
 
     def add(self, reply: Reply) -> None:
         """A step reply's infos: its per-env dicts and its vector info."""
+        self.holds_any = True
         if reply.values:
             self._per_env.update(reply.values)
         if reply.info is not None:
@@ -156,8 +159,6 @@ class PendingInfos:
 
     def take(self, selection: Selection) -> StepInfo:
         """The infos of the READY envs of ``selection``, handed over now: they are forgotten here."""
-        if not self._per_env and not self._parts and (self._columns is None or not self._columns.columns):
-            return NO_INFO  # a training loop's step of envs that said nothing
         if selection.everyone:
             per_env, self._per_env = self._per_env, {}
         elif self._per_env:
@@ -166,6 +167,7 @@ class PendingInfos:
             per_env = {}
         batched, kinds, own = self._join_parts(selection)
         batched, kinds = self._with_columns(batched, kinds, selection)
+        self.holds_any = self._columns is not None or bool(self._per_env) or bool(self._parts)
         return StepInfo(per_env, batched, kinds, own or None)
 
     def _with_columns(self, batched: dict[str, Any] | None, kinds: Mapping[str, type] | None,

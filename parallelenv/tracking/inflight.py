@@ -25,7 +25,7 @@ from parallelenv.batching import take
 from parallelenv.calls import Call, Failure, Reply, Reset, Step
 from parallelenv.errors import AlreadyPendingError, ClosedError, WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import Healing
-from parallelenv.infos.step_infos import PendingInfos, StepInfo
+from parallelenv.infos.step_infos import NO_INFO, PendingInfos, StepInfo
 from parallelenv.policies import Policy
 from parallelenv.recycling import Recycler, Recycling
 from parallelenv.tracking.ledger import Ledger
@@ -105,6 +105,17 @@ class InFlight:
         if self.answers_in_dispatch:  # the step ran as it was sent: its replies are there
             for reply in self.backend.collect(0.0):
                 self.absorb(reply)
+        elif ledger.num_pending and not self.interrupted:
+            # The first wait, inline: the step was sent just now, so nothing can have hung before
+            # call_timeout from here (what _wait's later rounds work out from the ledger).
+            try:
+                replies = self.backend.collect(self.call_timeout, selection.count)
+            except WorkerDiedError as died:
+                self.absorb_before_death(died)
+                self.survive(died)
+            else:
+                for reply in replies:
+                    self.absorb(reply)
         if ledger.num_pending:
             answered = self._nothing_pending if selection.everyone else lambda: not ledger.any_pending(selection)
             self._wait(answered, None, drain=True, wanted=selection.count)
@@ -213,7 +224,11 @@ class InFlight:
                 return Outcome(ready, failures)
         else:
             failures = []
-        received = self._receive(ready)
+        if self._holds_none_results or self.infos.holds_any:
+            received = self._receive(ready)
+        else:  # a training loop's step: nothing said beyond the buffers
+            self.ledger.received(ready)
+            received = Received(NO_INFO, None)
         add_ended(received, self._buffers.ended, self._buffers.ended_obs, ready)
         self.last_step_info = received.info
         results = self.handover.step_results(self.arrays, self._buffers, ready, self.policy.tracks_finished)
@@ -244,7 +259,9 @@ class InFlight:
             raise AlreadyPendingError(f"{doing} {envs} whose previous call has not been received: recv() first")
 
     def _dispatch(self, call: Call, selection: Selection) -> None:
-        if self.ledger.dispatched(selection, time.monotonic()):
+        # An in-caller backend's calls are answered before any could hang: no clock to read.
+        if self.ledger.dispatched(selection, 0.0 if self.answers_in_dispatch else time.monotonic()) \
+                and self.handover.picks_slots:
             step_of_every_env = call is self.step_everyone or call is self.awaited_step_everyone
             self.handover.before_whole_call(self._buffers, step_of_every_env)
         try:
@@ -379,7 +396,8 @@ class InFlight:
         if step:
             # Envs whose step raised are READY too: their results are dropped
             # when the failure is handed over with the others' results.
-            self.infos.add(reply)
+            if reply.values or reply.info is not None:
+                self.infos.add(reply)
             if self.policy.tracks_finished:
                 self.track_finished(self.arrays.reply_rows(rows), reply)
         else:
