@@ -99,6 +99,7 @@ class EnvGroup:
         self._obs_in_rows = isinstance(obs, np.ndarray) and not is_per_env_objects(obs)
         self._small_obs = self._obs_in_rows and obs[0].nbytes <= ROW_BY_ROW_BYTES
         self._ended = buffers.ended if self.restart else None
+        self._ended_since_cleared = self._ended is not None  # whether any row of this group's may be set
         self._columns = buffers.info_columns
 
     def run(self, call: Call) -> Reply:
@@ -138,8 +139,9 @@ class EnvGroup:
         results = []
         failures: list[Failure] = []
         restart = self.restart
-        if self._ended is not None:
-            self._ended[rows] = False  # until an env's episode ends, below
+        if self._ended_since_cleared:  # until an env's episode ends, below; rows of others may stay set
+            self._ended[rows] = False  # type: ignore[index]
+            self._ended_since_cleared = type(rows) is not slice
         for env_id, env, action in zip(ids, envs, actions, strict=True):
             try:
                 result = env.step(action)
@@ -192,6 +194,7 @@ class EnvGroup:
             info = {**info, ENDED_STATE: ended_state, RESET: True}
         else:
             ended[env_id] = True  # only once the reset succeeded: a failed one reports the env's error instead
+            self._ended_since_cleared = True
         return new_obs, reward, terminated, truncated, info
 
     def _store(

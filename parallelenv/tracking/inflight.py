@@ -106,16 +106,8 @@ class InFlight:
             for reply in self.backend.collect(0.0):
                 self.absorb(reply)
         elif ledger.num_pending and not self.interrupted:
-            # The first wait, inline: the step was sent just now, so nothing can have hung before
-            # call_timeout from here (what _wait's later rounds work out from the ledger).
-            try:
-                replies = self.backend.collect(self.call_timeout, selection.count)
-            except WorkerDiedError as died:
-                self.absorb_before_death(died)
-                self.survive(died)
-            else:
-                for reply in replies:
-                    self.absorb(reply)
+            # The first wait, here: sent just now, nothing can hang before call_timeout from now.
+            self._collect(self.call_timeout, selection.count)
         if ledger.num_pending:
             answered = self._nothing_pending if selection.everyone else lambda: not ledger.any_pending(selection)
             self._wait(answered, None, drain=True, wanted=selection.count)
@@ -129,7 +121,7 @@ class InFlight:
         if ledger.num_pending or ledger.num_ready:
             self._require_idle(selection, "send to")
         actions = self.arrays.actions(actions, selection.count)
-        ledger.number(selection)
+        numbered = False  # numbered as it is dispatched, unless some of its envs answer otherwise
         live = None
         rows = self._rows_of_everyone if selection.everyone else self.arrays.rows(selection)
         if self.policy.tracks_finished:
@@ -140,6 +132,8 @@ class InFlight:
             elif self.finished.any():  # on the host, and cheaper than the mask of every step
                 live = self.policy.live(self.finished, rows)
                 if not live.all():
+                    ledger.number(selection)
+                    numbered = True
                     finished = selection.ids[~live]
                     ledger.none_results(finished)
                     self.infos.forget(finished)  # their info rows hold a step handed over before
@@ -152,6 +146,9 @@ class InFlight:
                     rows = self.arrays.rows(selection)
                 live = None
         if self.resumer is not None and self.resumer.due:
+            if not numbered:
+                ledger.number(selection)
+                numbered = True
             selection, actions = self.resumer.send_due_resets(selection, actions)
             if not len(selection):
                 return
@@ -161,7 +158,7 @@ class InFlight:
             call = self.awaited_step_everyone if awaited else self.step_everyone
         else:
             call = Step(selection.env_ids, live, awaited)
-        self._dispatch(call, selection)
+        self._dispatch(call, selection, numbered)
 
     def recv(self, wait_num: int, deadline: float | None) -> Outcome:
         """Wait for at least ``wait_num`` envs' step results (or the deadline, or a failure) and hand
@@ -258,9 +255,9 @@ class InFlight:
             envs = f"envs {named}" if busy.size <= 8 else f"{busy.size} envs ({str(named)[:-1]}, ...])"
             raise AlreadyPendingError(f"{doing} {envs} whose previous call has not been received: recv() first")
 
-    def _dispatch(self, call: Call, selection: Selection) -> None:
+    def _dispatch(self, call: Call, selection: Selection, numbered: bool = True) -> None:
         # An in-caller backend's calls are answered before any could hang: no clock to read.
-        if self.ledger.dispatched(selection, 0.0 if self.answers_in_dispatch else time.monotonic()) \
+        if self.ledger.dispatched(selection, 0.0 if self.answers_in_dispatch else time.monotonic(), numbered) \
                 and self.handover.picks_slots:
             step_of_every_env = call is self.step_everyone or call is self.awaited_step_everyone
             self.handover.before_whole_call(self._buffers, step_of_every_env)
@@ -294,22 +291,32 @@ class InFlight:
                 raise ClosedError("close() from another thread ended this call")
             if ledger.num_pending == 0:
                 return
-            if self.answers_in_dispatch:  # every call ran when dispatched: its replies are there
-                replies = self.backend.collect(0.0)
-                if replies:
-                    for reply in replies:
-                        self.absorb(reply)
-                    continue
-            try:
-                replies = self._block_for_replies(deadline, wanted)
-            except WorkerDiedError as died:
-                self.absorb_before_death(died)
-                self.survive(died)
+            if self.answers_in_dispatch and self._collect(0.0, None):  # every call ran when dispatched
                 continue
-            if replies is None:  # the caller's deadline passed
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 return
-            for reply in replies:
-                self.absorb(reply)
+            # Wait up to the deadline or until the oldest call would have hung; kill whatever has.
+            timeout = self.call_timeout
+            hang_at = None if timeout is None else ledger.hang_at(timeout, now)
+            until = hang_at if deadline is None else deadline if hang_at is None else min(deadline, hang_at)
+            if not self._collect(None if until is None else max(0.0, until - now), wanted) and hang_at is not None:
+                now = time.monotonic()
+                if now >= hang_at and ledger.hang_at(timeout, now) <= now:  # type: ignore[arg-type]
+                    self._kill_hung(now)
+
+    def _collect(self, timeout: float | None, wanted: int | None) -> bool:
+        """Absorb what the backend has within ``timeout``: replies, or a death (survived, or raised);
+        False where nothing came."""
+        try:
+            replies = self.backend.collect(timeout, wanted)
+        except WorkerDiedError as died:
+            self.absorb_before_death(died)
+            self.survive(died)
+            return True
+        for reply in replies:
+            self.absorb(reply)
+        return bool(replies)
 
     def absorb_before_death(self, died: WorkerDiedError) -> None:
         """Answers read before the death was seen are answers: taken first, an env answered in
@@ -331,28 +338,14 @@ class InFlight:
             self.broken = final
             raise
 
-    def _block_for_replies(self, deadline: float | None, wanted: int | None) -> list[Reply] | None:
-        """Wait for replies up to ``deadline``; kill whatever has hung past ``call_timeout``."""
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            return None
-        timeout = self.call_timeout
-        hang_at = None if timeout is None else self.ledger.hang_at(timeout, now)
-        until = hang_at if deadline is None else deadline if hang_at is None else min(deadline, hang_at)
-        replies = self.backend.collect(None if until is None else max(0.0, until - now), wanted)
-        if not replies and hang_at is not None:
-            now = time.monotonic()
-            if now >= hang_at and self.ledger.hang_at(timeout, now) <= now:  # type: ignore[arg-type]
-                self._kill_hung(now)
-        return replies
-
     def _kill_hung(self, now: float) -> None:
+        """Kill the workers of the envs overdue at ``now``: their deaths are survived, or raised, as any."""
         assert self.call_timeout is not None
         overdue = self.ledger.overdue(self.call_timeout, now)
         lost = self.backend.kill(overdue) or overdue
-        raise WorkerTimeoutError(
+        self.survive(WorkerTimeoutError(
             lost, f"envs {overdue} did not answer within call_timeout={self.call_timeout} s; their worker was killed"
-        )
+        ))
 
     def pending_among(self, ids: np.ndarray) -> np.ndarray:
         return self.ledger.pending_among(ids)

@@ -117,10 +117,13 @@ class Ledger:
             self._send_order[selection.ids] = self._next_order + self._ids[: selection.count]
         self._next_order += selection.count
 
-    def dispatched(self, selection: Selection, now: float) -> bool:
-        """IDLE -> PENDING, sent at ``now``; whether this is a call of every env with nothing else
-        outstanding (no result of another call is then left in the backend's buffers)."""
+    def dispatched(self, selection: Selection, now: float, numbered: bool = True) -> bool:
+        """IDLE -> PENDING, sent at ``now``, and given the next places in the send order unless
+        ``numbered`` already; whether this is a call of every env with nothing else outstanding (no
+        result of another call is then left in the backend's buffers)."""
         whole = selection.everyone and self.num_pending == 0 and self.num_ready == 0
+        if not numbered:
+            self.number(selection)
         if whole:
             self._whole, self._whole_sent_at = PENDING, now
         else:
