@@ -52,6 +52,15 @@ class Selection:
         return Selection(kept, tuple(kept.tolist()), False, kept, len(kept))
 
 
+def host_rows(env_ids: tuple[int, ...]) -> slice | np.ndarray:
+    """Index host per-env arrays by a reply's (distinct) env ids: a slice when they form a range, as
+    the whole group of a worker does, since slicing costs far less than fancy indexing."""
+    first, size = min(env_ids), len(env_ids)
+    if max(env_ids) - first == size - 1:
+        return slice(first, first + size)
+    return np.array(env_ids, dtype=np.int64)
+
+
 class NumpyArrays:
     """The CPU backends' buffers: NumPy arrays, read on the host for free."""
 

@@ -140,8 +140,9 @@ class PendingInfos:
         self._arrays = arrays
         self._per_env: dict[int, dict[str, Any]] = {}
         self._parts: list[VectorPart] = []
-        # Whether take() may find anything: a reply brought infos since, or there are info columns to read.
-        self.holds_any = columns is not None
+        # Whether take() may find anything: a reply brought infos since, or info columns are laid out (a
+        # reply with infos lays them out, and is added: so checked again as each take ends).
+        self.holds_any = False
 
     def add(self, reply: Reply) -> None:
         """A step reply's infos: its per-env dicts and its vector info."""
@@ -167,7 +168,7 @@ class PendingInfos:
             per_env = {}
         batched, kinds, own = self._join_parts(selection)
         batched, kinds = self._with_columns(batched, kinds, selection)
-        self.holds_any = self._columns is not None or bool(self._per_env) or bool(self._parts)
+        self.holds_any = bool(self._per_env or self._parts or (self._columns is not None and self._columns.columns))
         return StepInfo(per_env, batched, kinds, own or None)
 
     def _with_columns(self, batched: dict[str, Any] | None, kinds: Mapping[str, type] | None,

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from parallelenv.array_kinds import NumpyArrays, Selection, array_kind
+from parallelenv.array_kinds import NumpyArrays, Selection, array_kind, host_rows
 from parallelenv.backends.base import Backend, RestartsWorkers, RunsInCaller
 from parallelenv.batching import take
 from parallelenv.calls import Call, Failure, Reply, Reset, Step
@@ -381,7 +381,7 @@ class InFlight:
                     return
         env_ids = reply.env_ids
         every_env_id = self.everyone.env_ids
-        rows = slice(None) if env_ids is every_env_id or env_ids == every_env_id else _index(env_ids, every_env_id)
+        rows = slice(None) if env_ids is every_env_id or env_ids == every_env_id else host_rows(env_ids)
         step = reply.call_type is Step
         self.ledger.answered(env_ids, rows, step)
         if reply.failures:
@@ -397,12 +397,3 @@ class InFlight:
             self._call_values.update(reply.values)
             if reply.info is not None:
                 self._call_info = reply.info
-
-
-def _index(env_ids: tuple[int, ...], every_env_id: tuple[int, ...]) -> slice | np.ndarray:
-    """Index per-env arrays by a reply's (distinct) env ids, not every env's: a slice when they form a
-    range, as the whole group of a worker does, since slicing costs far less than fancy indexing."""
-    first, size = min(env_ids), len(env_ids)
-    if max(env_ids) - first == size - 1:
-        return slice(first, first + size)
-    return np.array(env_ids, dtype=np.int64)
