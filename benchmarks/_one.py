@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         # Before anything imports parallelenv; spawn and forkserver workers
         # start from this sys.path, and the harness set PYTHONPATH alike.
         sys.path.insert(0, str(args.parallelenv_from.resolve()))
+        # An editable install's finder looks after the path does: a module REV lacks would come from the
+        # working tree, two versions in one row. Without it, a wrapper of what REV lacks fails its row.
+        sys.meta_path[:] = [finder for finder in sys.meta_path
+                            if not getattr(finder, "__module__", "").startswith("__editable__")]
     result = measure(WORKLOADS[args.workload], WRAPPERS[args.wrapper], args.steps, args.repeats)
     if args.parallelenv_from and result.parallelenv_path:
         wanted = str(args.parallelenv_from.resolve() / "parallelenv")

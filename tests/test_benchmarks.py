@@ -524,17 +524,15 @@ def test_report_gives_what_each_added_worker_costs_the_caller(tmp_path):
 
 
 # A measuring process of --against REV as benchmarks.child starts one: REV's folder first on the path and the
-# working folder; it reports the modules it loaded from the harness and from parallelenv. An editable install's
-# finder, which would import a module REV lacks from the checkout, is taken out: as with a real REV, a module
-# not under REV's folder is not found.
+# working folder; it reports the modules it loaded from the harness and from parallelenv. benchmarks._one takes
+# an editable install's finder out, so that a module REV lacks is not found in the checkout instead.
 MEASURE_WITH_REV = """
-import json, sys
-sys.meta_path[:] = [finder for finder in sys.meta_path
-                    if not getattr(finder, "__module__", "").startswith("__editable__")]
+import importlib.util, json, sys
 from benchmarks._one import main
 code = main(sys.argv[1:])
 print(json.dumps({"code": code, "modules": sorted(name for name in sys.modules
-                                                  if name.partition(".")[0] in ("benchmarks", "parallelenv"))}))
+                                                  if name.partition(".")[0] in ("benchmarks", "parallelenv")),
+                  "finds_what_rev_lacks": importlib.util.find_spec("parallelenv.pool") is not None}))
 """
 # What the harness may import of the measured package: its public API, the modules a revision as old as
 # 87653c1 has or a newer one adds (a wrapper of a feature REV lacks fails its row, and only that row).
@@ -558,7 +556,9 @@ def test_a_measuring_process_imports_no_internal_of_the_measured_package(tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["error"] is None and result["skipped"] is None and result["rates"][0] > 0, done.stderr[-3000:]
-    loaded = json.loads(done.stdout.splitlines()[-1])["modules"]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert not report["finds_what_rev_lacks"], "a module REV lacks was found outside REV's folder"
+    loaded = report["modules"]
     assert [name for name in loaded if name.startswith("parallelenv.")] == []
     # And the imports it did not run here (other wrappers', made in their constructors): public ones alone.
     for name in (name for name in loaded if name.startswith("benchmarks")):
