@@ -41,9 +41,10 @@ from parallelenv.infos.keys import ENDED_STATE, RESET, RESET_INFO
 
 # Observations are written in one assignment from the list of them when
 # their rows are a slice (a whole group's step): NumPy copies each into its
-# row, with no temporary array, faster than row by row (the performance page). Rows picked by a list are written one by one: a list
-# assignment through fancy indexing first stacks the frames, an extra copy
-# of each, which costs more than the loop once a row is larger than this.
+# row, with no temporary array, faster than row by row (the performance
+# page). Rows picked by a list are written one by one: a list assignment
+# through fancy indexing first stacks the frames, an extra copy of each,
+# which costs more than the loop once a row is larger than this.
 ROW_BY_ROW_BYTES = 4096
 
 

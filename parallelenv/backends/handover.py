@@ -55,8 +55,6 @@ class Handover:
     kind = "copy"
     #: Whether a call's results on every env are the buffers themselves.
     lends = False
-    #: Whether before_whole_call does anything (else the tracker skips the call).
-    picks_slots = False
 
     def before_whole_call(self, buffers: ObsBuffers, step_of_every_env: bool) -> None:
         """A call of every env is about to be sent, with no other in flight: pick where it writes."""
@@ -117,7 +115,6 @@ class Slot(Handover):
     """
 
     kind = "slot"
-    picks_slots = True
 
     def before_whole_call(self, buffers: ObsBuffers, step_of_every_env: bool) -> None:
         buffers.use_obs_slot(self.free_slot(buffers) if step_of_every_env else 0)

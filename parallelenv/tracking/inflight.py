@@ -102,11 +102,12 @@ class InFlight:
         awaits whole, a wait for every one of them, then one hand-over, whatever the replies were."""
         self.send(selection, actions, awaited=True)
         ledger = self.ledger
-        if self.answers_in_dispatch:  # the step ran as it was sent: its replies are there
+        # The first round of the wait, without its clock: an in-caller backend's replies are there, and a
+        # step sent just now can hang no sooner than call_timeout from now (the rounds after read the ledger).
+        if self.answers_in_dispatch:
             for reply in self.backend.collect(0.0):
                 self.absorb(reply)
         elif ledger.num_pending and not self.interrupted:
-            # The first wait, here: sent just now, nothing can hang before call_timeout from now.
             self._collect(self.call_timeout, selection.count)
         if ledger.num_pending:
             answered = self._nothing_pending if selection.everyone else lambda: not ledger.any_pending(selection)
@@ -257,8 +258,7 @@ class InFlight:
 
     def _dispatch(self, call: Call, selection: Selection, numbered: bool = True) -> None:
         # An in-caller backend's calls are answered before any could hang: no clock to read.
-        if self.ledger.dispatched(selection, 0.0 if self.answers_in_dispatch else time.monotonic(), numbered) \
-                and self.handover.picks_slots:
+        if self.ledger.dispatched(selection, 0.0 if self.answers_in_dispatch else time.monotonic(), numbered):
             step_of_every_env = call is self.step_everyone or call is self.awaited_step_everyone
             self.handover.before_whole_call(self._buffers, step_of_every_env)
         try:

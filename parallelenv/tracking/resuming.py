@@ -92,8 +92,8 @@ class Resumer:
         in_call = np.isin(pending, sync_call.env_ids) if sync_call is not None else np.zeros(len(pending), bool)
         stepping = pending[~in_call]
         if stepping.size:
-            self._tracker.send_instead(self._stand_in(tuple(stepping.tolist()), failure, WORKER_RESTARTED),
-                                       tuple(stepping.tolist()))
+            stepping_ids = tuple(stepping.tolist())
+            self._tracker.send_instead(self._stand_in(stepping_ids, failure, WORKER_RESTARTED), stepping_ids)
         calling = pending[in_call]
         if not calling.size:
             return []

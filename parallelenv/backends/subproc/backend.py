@@ -258,11 +258,10 @@ class SubprocBackend:
             for worker in talking:
                 pipes.expect(worker, worker.group_ids)  # before any call sent to it since
         if pipes.in_flight:
-            newly_dead: list[Worker] = []
-            read = pipes.collect(timeout, self.buffers, newly_dead)
-            for worker in newly_dead:
+            seen = len(dead)
+            read = pipes.collect(timeout, self.buffers, dead)
+            for worker in dead[seen:]:
                 self.lose(worker)
-            dead += newly_dead
             if not self._columns_learned:
                 for reply in read:
                     if reply.values and reply.call_type is Step:

@@ -12,8 +12,7 @@ import contextlib
 import pickle
 import signal
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -31,9 +30,6 @@ class Worker:
     conn: Connection
     env_ids: list[int]
     index: int  # its group's, and its place in the countdown
-    # The env ids of each call sent and not yet answered, oldest first: a
-    # worker answers in order, so the head is what the next reply is about.
-    sent: deque[tuple[int, ...]] = field(default_factory=deque)
     death: WorkerDiedError | None = None
     obs_slot: int = 0  # the buffers' obs slot the worker writes into (see Buffers.use_obs_slot)
     knows_info_columns: bool = True  # else its next call tells it their layout
