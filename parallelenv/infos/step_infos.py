@@ -143,14 +143,29 @@ class PendingInfos:
         # Whether take() may find anything: a reply brought infos since, or info columns are laid out (a
         # reply with infos lays them out, and is added: so checked again as each take ends).
         self.holds_any = False
+        # The one reply added while nothing else was held (most steps: one reply of every env), kept as
+        # it came until a second one or a take() of other envs needs it filed by road.
+        self._lone: Reply | None = None
 
     def add(self, reply: Reply) -> None:
         """A step reply's infos: its per-env dicts and its vector info."""
-        self.holds_any = True
+        if not self.holds_any:
+            self._lone = reply
+            self.holds_any = True
+            return
+        self._file_lone()
+        self._file(reply)
+
+    def _file(self, reply: Reply) -> None:
         if reply.values:
             self._per_env.update(reply.values)
         if reply.info is not None:
             self._parts.append((reply.env_ids, reply.info, reply.info_kinds))
+
+    def _file_lone(self) -> None:
+        if self._lone is not None:
+            self._file(self._lone)
+            self._lone = None
 
     def forget(self, env_ids: Any) -> None:
         """These envs' rows of the info columns say nothing of the answer handed over next: it is not a
@@ -160,6 +175,12 @@ class PendingInfos:
 
     def take(self, selection: Selection) -> StepInfo:
         """The infos of the READY envs of ``selection``, handed over now: they are forgotten here."""
+        lone = self._lone
+        if lone is not None:
+            if lone.env_ids is selection.env_ids and (self._columns is None or not self._columns.columns):
+                self._lone, self.holds_any = None, False
+                return StepInfo(lone.values, lone.info, lone.info_kinds)
+            self._file_lone()
         if selection.everyone:
             per_env, self._per_env = self._per_env, {}
         elif self._per_env:

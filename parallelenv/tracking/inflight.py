@@ -60,6 +60,7 @@ class InFlight:
         self.ledger = ledger = Ledger(n)
         self._nothing_pending = lambda: ledger.num_pending == 0
         self.everyone = Selection.of(np.arange(n), n)
+        self._every_env_id = self.everyone.env_ids
         self._rows_of_everyone = self.arrays.rows(self.everyone)
         self.step_everyone = Step(self.everyone.env_ids)
         self.awaited_step_everyone = Step(self.everyone.env_ids, awaited=True)
@@ -380,8 +381,7 @@ class InFlight:
                 if not reply.env_ids:
                     return
         env_ids = reply.env_ids
-        every_env_id = self.everyone.env_ids
-        rows = slice(None) if env_ids is every_env_id or env_ids == every_env_id else host_rows(env_ids)
+        rows = slice(None) if env_ids is self._every_env_id or env_ids == self._every_env_id else host_rows(env_ids)
         step = reply.call_type is Step
         self.ledger.answered(env_ids, rows, step)
         if reply.failures:

@@ -122,11 +122,14 @@ class Ledger:
         ``numbered`` already; whether this is a call of every env with nothing else outstanding (no
         result of another call is then left in the backend's buffers)."""
         whole = selection.everyone and self.num_pending == 0 and self.num_ready == 0
-        if not numbered:
-            self.number(selection)
         if whole:
+            if not numbered:  # number()'s own case of a whole call, without its call on every step
+                self._whole_order = self._next_order
+                self._next_order += self.num_envs
             self._whole, self._whole_sent_at = PENDING, now
         else:
+            if not numbered:
+                self.number(selection)
             self._write_out()
             self._state[selection.rows] = PENDING
             self._sent_at[selection.rows] = now
