@@ -28,12 +28,14 @@ from parallelenv.parallel_env import ParallelEnv
 from parallelenv.policies import POLICIES
 from parallelenv.pool import RolloutPool
 from parallelenv.recycling import Recycling
+from parallelenv.state import EnvState, StateCheck, StateError, check_state
 
 __all__ = [
     "AllEnvsFinishedWarning",
     "AlreadyPendingError",
     "ClosedError",
     "EnvError",
+    "EnvState",
     "NoPendingCallError",
     "POLICIES",
     "ParallelEnv",
@@ -42,10 +44,13 @@ __all__ = [
     "Recycling",
     "RolloutPool",
     "SharedEnvError",
+    "StateCheck",
+    "StateError",
     "VECTOR_ENV_ID",
     "WorkerDiedError",
     "WorkerStartError",
     "WorkerTimeoutError",
+    "check_state",
     "make_vector_env",
     "register_backend",
     "register_vector_env",

@@ -42,13 +42,14 @@ from parallelenv.serialised import (
     close_unless_held,
     one_caller_at_a_time,
 )
+from parallelenv.state.front import EnvStates
 from parallelenv.tracking.inflight import InFlight
 from parallelenv.tracking.results import Outcome, shaped
 
 DEFAULT_CALL_TIMEOUT_S = 600.0
 
 
-class ParallelEnv(EnvCalls):
+class ParallelEnv(EnvCalls, EnvStates):
     """A list of Gymnasium envs stepped in parallel behind one object.
 
     Args:
@@ -152,6 +153,7 @@ class ParallelEnv(EnvCalls):
         close_at_exit(self)
         if copy is not None:
             self._backend.buffers.lent = not copy
+        self._given_envs = envs  # what save() writes as the envs' factories
         sources = list(envs) if self._healing.rebuilds_envs else None
         try:
             refuse_without_workers(self._backend, para_mode, self._healing.restarts_workers, recycle)

@@ -99,6 +99,14 @@ class Interruptible(Protocol):
 
 
 @runtime_checkable
+class CallsEachBatchOnce(Protocol):
+    """A backend of one batched env: a CallMethod runs once for all its envs, as ``env.name(ids, data)``
+    (the tensor backend), where the others call ``name`` once per env."""
+
+    calls_each_batch_once: bool
+
+
+@runtime_checkable
 class RestartsWorkers(Protocol):
     """A backend that can replace a dead worker: what ``on_worker_failure="restart"`` needs besides :class:`Backend`."""
 

@@ -44,6 +44,8 @@ class TensorBackend(RunsInCaller):
     fresh tensors.
     """
 
+    calls_each_batch_once = True  # a CallMethod is one call of the batched env (see _call)
+
     def __init__(self, env: Any, config: BackendConfig, **options: Any) -> None:
         unknown_options("tensor", options)
         refuse_env_ids(env)

@@ -11,6 +11,7 @@ The full batch, the hot path, does none of that.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from typing import Any, ClassVar, Optional
 
@@ -247,3 +248,30 @@ class TensorEnv:
         for name, before in zip(names, kept, strict=True):
             now = getattr(self, name)
             torch.where(mask.view(-1, *[1] * (now.dim() - 1)), now, before, out=now)
+
+    def get_state(self, ids: torch.Tensor) -> list[Any]:
+        """The state of each env of ``ids`` (an index tensor): its rows of ``state_fields`` and of its
+        random stream (key and counter), on the host, as :class:`~parallelenv.state.EnvState` values."""
+        from parallelenv.state.capture import TENSOR, EnvState, class_name
+
+        rows = {name: getattr(self, name).index_select(0, ids).cpu() for name in (*self.state_fields, "obs")}
+        rows["rng.key"], rows["rng.counter"] = self.rng.key[ids].cpu(), self.rng.counter[ids].cpu()
+        cls = class_name(type(self))
+        return [EnvState(TENSOR, cls, pickle.dumps({name: row[i].clone() for name, row in rows.items()}))
+                for i in range(len(ids))]
+
+    def set_state(self, ids: torch.Tensor, states: Sequence[Any]) -> list[None]:
+        """Put ``states`` (from :meth:`get_state`, one per env of ``ids``) back into those envs' rows;
+        a None for each (the tensor backend takes one value per env from every call)."""
+        from parallelenv.state.capture import TENSOR, StateError, class_name
+
+        cls = class_name(type(self))
+        for state in states:
+            if getattr(state, "way", None) != TENSOR or state.env_class != cls:
+                raise StateError(f"{state!r} is not the state of an env of this {cls}")
+        decoded = [pickle.loads(state.data) for state in states]
+        targets = {name: getattr(self, name) for name in (*self.state_fields, "obs")}
+        targets["rng.key"], targets["rng.counter"] = self.rng.key, self.rng.counter
+        for name, target in targets.items():
+            target.index_copy_(0, ids, torch.stack([rows[name] for rows in decoded]).to(target.device))
+        return [None] * len(states)

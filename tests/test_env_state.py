@@ -1,0 +1,292 @@
+"""Env state as a value (parallelenv.state): taken at one step and put back, the same actions give
+the same results bit for bit, on every backend and for every way a state is taken; a whole run
+saved and resumed on another backend; and every bad input refused with a clear error."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from envs import CountingEnv, counting
+from gymnasium.utils import EzPickle
+
+from parallelenv import AlreadyPendingError, EnvError, EnvState, ParallelEnv, StateError, check_state
+from parallelenv.state import capture
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.numpy_backends]
+
+NUM_ENVS = 3
+
+
+def host_array(value: Any) -> np.ndarray:
+    return np.asarray(value.cpu()) if hasattr(value, "cpu") else np.asarray(value)
+
+
+def play(penv: Any, actions: list[Any]) -> list[tuple[np.ndarray, ...]]:
+    return [tuple(host_array(part) for part in penv.step(action)[:4]) for action in actions]
+
+
+def assert_same(first: list[tuple[np.ndarray, ...]], second: list[tuple[np.ndarray, ...]]) -> None:
+    assert len(first) == len(second)
+    for step, (a, b) in enumerate(zip(first, second, strict=True)):
+        for name, x, y in zip(("obs", "reward", "terminated", "truncated"), a, b, strict=True):
+            assert x.dtype == y.dtype and np.array_equal(x, y), f"step {step}: {name} differs"
+
+
+def snapshot_continues(penv: Any, warmup: int = 300, steps: int = 200) -> list[EnvState]:
+    """Play ``warmup`` steps, take the state, play ``steps``, put it back, play them again: the same."""
+    penv.reset(seed=0)
+    penv.action_space.seed(1)
+    play(penv, [penv.action_space.sample() for _ in range(warmup)])
+    states = penv.get_state()
+    actions = [penv.action_space.sample() for _ in range(steps)]
+    first = play(penv, actions)
+    penv.set_state(states)
+    assert_same(first, play(penv, actions))
+    return states
+
+
+class Walker(gym.Env):
+    """A pure-Python env with its own RNG and counters, and neither the protocol nor an adapter."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float64)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self) -> None:
+        self.position, self.elapsed = 0.0, 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.position, self.elapsed = float(self.np_random.normal()), 0
+        return np.array([self.position, 0.0]), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.position += (int(action) - 1) * 0.1 + float(self.np_random.normal()) * 0.01
+        self.elapsed += 1
+        return np.array([self.position, self.elapsed]), -abs(self.position), abs(self.position) > 2, False, {}
+
+
+class ProtocolWalker(Walker):
+    """Walker with the state protocol: its own get_state/set_state are what is taken."""
+
+    taken = 0
+
+    def get_state(self) -> Any:
+        type(self).taken += 1
+        return self.position, self.elapsed, self.np_random.bit_generator.state
+
+    def set_state(self, state: Any) -> None:
+        self.position, self.elapsed, rng = state
+        self.np_random.bit_generator.state = rng
+
+
+class ConstructorPickled(Walker, EzPickle):
+    """Pickles its constructor's arguments, as MuJoCo's and the ALE's envs do: a copy is a fresh env."""
+
+    def __init__(self) -> None:
+        Walker.__init__(self)
+        EzPickle.__init__(self)
+
+
+def walker() -> gym.Env:
+    return gym.wrappers.TimeLimit(Walker(), max_episode_steps=350)
+
+
+def protocol_walker() -> gym.Env:
+    return gym.wrappers.TimeLimit(ProtocolWalker(), max_episode_steps=350)
+
+
+def cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+def half_cheetah() -> gym.Env:
+    return gym.make("HalfCheetah-v5")
+
+
+def pong() -> gym.Env:
+    import ale_py
+
+    gym.register_envs(ale_py)
+    return gym.make("ALE/Pong-v5")
+
+
+ENV_KINDS = {
+    "cartpole": (cartpole, None, "pickle"),
+    "walker": (walker, None, "pickle"),
+    "protocol": (protocol_walker, None, "protocol"),
+    "half_cheetah": (half_cheetah, "mujoco", "mujoco"),
+    "pong": (pong, "ale_py", "ale"),
+}
+
+
+@pytest.mark.parametrize("kind", ENV_KINDS)
+def test_state_taken_and_put_back_continues_bit_for_bit(make_penv, backend, kind):
+    factory, needs, way = ENV_KINDS[kind]
+    if needs is not None:
+        pytest.importorskip(needs, reason=f"{kind} needs {needs} (the test extra installs it)")
+    if way == "pickle":
+        assert check_state(factory, steps=60), "its pickle must be verified, and so trusted, first"
+    penv = make_penv([factory] * NUM_ENVS, asynchronous="restart")
+    states = snapshot_continues(penv)
+    assert len(states) == NUM_ENVS and {state.way for state in states} == {way}
+    assert all(pickle.loads(pickle.dumps(state)) == state for state in states)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_tensor_env_rows_continue_bit_for_bit(env_id):
+    pytest.importorskip("torch")
+    with ParallelEnv.make(env_id, num_envs=NUM_ENVS, para_mode="tensor", device="cpu",
+                           asynchronous="restart") as penv:
+        states = snapshot_continues(penv)
+        assert {state.way for state in states} == {"tensor"}
+        # Some envs' rows alone, in another order: only those change.
+        later = penv.get_state()
+        penv.set_state([states[2], states[0]], id=[2, 0])
+        now = [pickle.loads(state.data) for state in penv.get_state()]
+        wanted = [pickle.loads(state.data) for state in (states[0], later[1], states[2])]
+        for have, want in zip(now, wanted, strict=True):
+            assert have.keys() == want.keys() and all(np.array_equal(have[k], want[k]) for k in have)
+
+
+def test_a_wrappers_own_state_is_taken_with_the_env(make_penv):
+    """TimeLimit's elapsed steps travel with the state: restored at 300 of 350, the episode is cut at
+    the same step again (the protocol env's core keeps only its own fields)."""
+    penv = make_penv([protocol_walker] * 2, asynchronous="restart")
+    penv.reset(seed=0)
+    play(penv, [np.ones(2, dtype=np.int64)] * 300)
+    states = penv.get_state()
+    first = play(penv, [np.ones(2, dtype=np.int64)] * 60)
+    assert any(step[3].any() for step in first), "TimeLimit cuts the episode at 350"
+    penv.set_state(states)
+    assert_same(first, play(penv, [np.ones(2, dtype=np.int64)] * 60))
+
+
+def test_a_pickle_is_trusted_only_once_checked(make_penv, monkeypatch):
+    monkeypatch.setattr(capture, "_TRUSTED_PICKLES", set())
+    penv = make_penv([walker] * 2)
+    penv.reset(seed=0)
+    with pytest.raises(EnvError, match=r"(?s)Walker has no get_state\(\)/set_state\(\).*check_state"):
+        penv.get_state()
+    assert check_state(walker).exact
+    assert {state.way for state in penv.get_state()} == {"pickle"}
+
+
+def test_check_state_finds_a_pickle_that_rebuilds_a_fresh_env(monkeypatch):
+    monkeypatch.setattr(capture, "_TRUSTED_PICKLES", set())
+    result = check_state(ConstructorPickled, steps=30)
+    assert not result.exact and not result
+    assert result.way == "pickle" and "ConstructorPickled" in result.env_class
+    assert "fresh env" in result.difference or "same env" in result.difference
+    assert capture.class_name(ConstructorPickled) not in capture.trusted_classes()
+
+
+def test_check_state_reports_size_and_times():
+    result = check_state(protocol_walker, steps=20, warmup=5)
+    assert result.exact and result.way == "protocol" and result.nbytes > 0
+    assert result.capture_s >= 0 and result.restore_s >= 0 and result.difference is None
+
+
+@pytest.mark.parametrize("needs, factory", [("mujoco", half_cheetah), ("ale_py", pong)])
+def test_the_adapters_are_exact(needs, factory):
+    pytest.importorskip(needs)
+    result = check_state(factory, steps=50)
+    assert result.exact, result.difference
+
+
+def test_bad_states_are_refused_with_a_clear_error(make_penv):
+    assert check_state(walker, steps=10)
+    penv = make_penv([walker, walker, protocol_walker])
+    penv.reset(seed=0)
+    states = penv.get_state()
+    with pytest.raises(ValueError, match="2 states for 3 envs"):
+        penv.set_state(states[:2])
+    with pytest.raises(TypeError, match="a state is an EnvState"):
+        penv.set_state([1, 2, 3])
+    with pytest.raises(EnvError, match="state is of a .*ProtocolWalker, and this env is a .*Walker"):
+        penv.set_state([states[2]], id=[0])
+    penv.send(np.zeros(3, dtype=np.int64))
+    with pytest.raises(AlreadyPendingError):
+        penv.get_state()
+    penv.recv()
+    penv.set_state(states)  # nothing was lost on the way: the envs still take their own states
+    with pytest.raises(TypeError, match="needs a way to build the env"):
+        check_state(walker())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="steps="):
+        check_state(walker, steps=0)
+
+
+def test_an_env_of_no_known_way_is_named_in_the_error():
+    env = CountingEnv()
+    with pytest.raises(StateError, match=r"tests?\.?.*CountingEnv has no get_state|CountingEnv has no get_state"):
+        capture.capture_env(env, trusted=())
+
+
+# ------------------------------------------------------------------ save and load
+
+
+def uninterrupted_and_resumed(tmp_path: Any, first_mode: str, then_mode: str, **options: Any) -> None:
+    assert check_state(cartpole, steps=10)
+    envs = [cartpole] * 4
+    options = {"asynchronous": "restart", **options}
+    with ParallelEnv(envs, para_mode=first_mode, **options) as penv:
+        penv.reset(seed=0)
+        penv.action_space.seed(3)
+        actions = [penv.action_space.sample() for _ in range(1000)]
+        play(penv, actions[:500])
+        penv.save(tmp_path / "run.pkl")
+        uninterrupted = play(penv, actions[500:])
+    with ParallelEnv.load(tmp_path / "run.pkl", para_mode=then_mode) as resumed:
+        assert resumed.asynchronous == "restart" and resumed.para_mode == then_mode
+        assert_same(uninterrupted, play(resumed, actions[500:]))
+
+
+@pytest.mark.parametrize("then_mode", ["dummy", "subproc"])
+def test_saved_on_subproc_resumes_exactly(tmp_path, then_mode):
+    uninterrupted_and_resumed(tmp_path, "subproc", then_mode)
+
+
+@pytest.mark.parametrize("then_mode", ["ray-subproc", "ray"])
+def test_saved_on_subproc_resumes_exactly_on_ray(tmp_path, ray_session, then_mode):
+    uninterrupted_and_resumed(tmp_path, "subproc", then_mode)
+
+
+def test_load_puts_back_the_finished_envs(tmp_path):
+    """Under "idle" a finished env answers None results until reset: so it does after load."""
+    envs = [counting(0, 2), counting(1, 9)]
+    assert check_state(envs[0], steps=10)
+    with ParallelEnv(envs, asynchronous="idle") as penv:
+        penv.reset(seed=0)
+        for _ in range(3):
+            penv.step(np.zeros(2, dtype=np.int64))
+        penv.save(tmp_path / "idle.pkl")
+        expected = penv.step(np.zeros(2, dtype=np.int64))
+    with ParallelEnv.load(tmp_path / "idle.pkl", envs=envs, para_mode="subproc") as resumed:
+        assert resumed.asynchronous == "idle"
+        resumed_step = resumed.step(np.zeros(2, dtype=np.int64))
+    np.testing.assert_array_equal(resumed_step[0], expected[0])
+    np.testing.assert_array_equal(resumed_step[1], expected[1])
+
+
+def test_load_refuses_what_it_cannot_resume(tmp_path):
+    (tmp_path / "other.pkl").write_bytes(pickle.dumps({"something": "else"}))
+    with pytest.raises(ValueError, match="not a file ParallelEnv.save"):
+        ParallelEnv.load(tmp_path / "other.pkl")
+    assert check_state(cartpole, steps=10)
+    with ParallelEnv([cartpole] * 2) as penv:
+        penv.reset(seed=0)
+        penv.save(tmp_path / "two.pkl")
+    with pytest.raises(ValueError, match="holds 2 envs' states, and envs= builds 3"):
+        ParallelEnv.load(tmp_path / "two.pkl", envs=[cartpole] * 3)
+
+
+@pytest.mark.parametrize("module", ["parallelenv.state.check", "parallelenv.state.front"])
+def test_the_examples_of_the_docstrings_run(module):
+    import doctest
+    import importlib
+
+    failed, tried = doctest.testmod(importlib.import_module(module))
+    assert tried and not failed
