@@ -87,7 +87,18 @@ class Rebuild:
     seeds: tuple[int | None, ...] = field(metadata=PER_ENV)
 
 
-Call = Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv, Rebuild]
+@dataclass(frozen=True)
+class Replay:
+    """Put each env named back into its last snapshot and play what it was sent since, in order; the
+    last entry of each is the step under way, answered as a step (lossless healing: see
+    :mod:`parallelenv.state.journal`). An entry is ``("step", action)`` or ``("reset", seed, options)``."""
+
+    env_ids: tuple[int, ...]
+    states: tuple[Any, ...] = field(metadata=PER_ENV)
+    entries: tuple[tuple[tuple[Any, ...], ...], ...] = field(metadata=PER_ENV)
+
+
+Call = Union[Reset, Step, GetAttr, SetAttr, CallMethod, ReplaceEnv, Rebuild, Replay]
 
 
 #: The calls whose replies leave nothing in the buffers; after any other call,

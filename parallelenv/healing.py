@@ -40,6 +40,8 @@ class SurvivedFailure:
             ``"worker recycled"`` (replaced on purpose, see :class:`~parallelenv.recycling.Recycling`).
         reason: what was seen: exit code or signal, lost node, or the env's exception.
         traceback: the env's remote traceback, for an env error.
+        restored: the envs put back into their last snapshot, their steps since replayed, instead of
+            reset (``ParallelEnv(snapshots=...)``): their episodes go on as if nothing had happened.
     """
 
     time: float
@@ -47,6 +49,7 @@ class SurvivedFailure:
     kind: str
     reason: str
     traceback: str = ""
+    restored: tuple[int, ...] = ()
 
 
 class Healing:

@@ -43,6 +43,7 @@ from parallelenv.serialised import (
     one_caller_at_a_time,
 )
 from parallelenv.state.front import EnvStates
+from parallelenv.state.journal import journal_for
 from parallelenv.tracking.inflight import InFlight
 from parallelenv.tracking.results import Outcome, shaped
 
@@ -94,6 +95,8 @@ class ParallelEnv(EnvCalls, EnvStates):
             failure raises.
         recycle: a :class:`~parallelenv.Recycling`: replace workers on purpose after a number of
             steps, an age, or a resident-memory limit (leaky simulators), envs cut as when rebuilt.
+        snapshots: with a restart above, take every env's state every this many steps (True: 100) and
+            keep the steps since: a rebuilt env goes on from there instead of a new episode (:doc:`/guide/env-state`).
         **backend_options: passed to the backend (``num_workers``,
             ``start_method`` for ``"subproc"``).
 
@@ -124,6 +127,7 @@ class ParallelEnv(EnvCalls, EnvStates):
         max_restarts: int = DEFAULT_MAX_RESTARTS,
         restart_window: float = DEFAULT_RESTART_WINDOW_S,
         recycle: Recycling | None = None,
+        snapshots: int | bool = False,
         **backend_options: Any,
     ) -> None:
         self._lock = threading.RLock()
@@ -157,7 +161,8 @@ class ParallelEnv(EnvCalls, EnvStates):
         sources = list(envs) if self._healing.rebuilds_envs else None
         try:
             refuse_without_workers(self._backend, para_mode, self._healing.restarts_workers, recycle)
-            self._calls = InFlight(self._backend, self._policy, call_timeout, self._healing, sources, recycle)
+            journal = journal_for(snapshots, self._backend.num_envs, self._healing.restarts_workers or recycle is not None)
+            self._calls = InFlight(self._backend, self._policy, call_timeout, self._healing, sources, recycle, journal)
             self._to_torch = converter(output, device, self._calls.arrays.native_output, self._backend, para_mode)
         except ValueError:
             self.close()

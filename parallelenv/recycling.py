@@ -20,12 +20,13 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from parallelenv.backends.base import RestartsWorkers
+
 if TYPE_CHECKING:
-    from parallelenv.backends.base import RestartsWorkers
     from parallelenv.tracking.ledger import Ledger
 
 
@@ -66,7 +67,9 @@ class Recycler:
     """Which workers are due, from their envs' steps, their age and their memory; replaced, once idle,
     by the tracker's resumer, as healing replaces a dead one."""
 
-    def __init__(self, rule: Recycling, backend: RestartsWorkers, num_envs: int) -> None:
+    def __init__(self, rule: Recycling, backend: Any, num_envs: int) -> None:
+        if not isinstance(backend, RestartsWorkers):
+            raise TypeError(f"recycle= needs a backend that restarts workers; {type(backend).__name__} does not")
         self._backend = backend
         workers = backend.workers()
         if rule.memory_mb is not None and any(pid is None for _, pid in workers):

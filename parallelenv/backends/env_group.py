@@ -31,6 +31,7 @@ from parallelenv.calls import (
     GetAttr,
     Rebuild,
     ReplaceEnv,
+    Replay,
     Reply,
     Reset,
     SetAttr,
@@ -38,6 +39,7 @@ from parallelenv.calls import (
     method_name,
 )
 from parallelenv.infos.keys import ENDED_STATE, RESET, RESET_INFO
+from parallelenv.state.capture import restore_env
 
 # Observations are written in one assignment from the list of them when
 # their rows are a slice (a whole group's step): NumPy copies each into its
@@ -82,6 +84,7 @@ class EnvGroup:
             CallMethod: self._call_method,
             ReplaceEnv: self._replace,
             Rebuild: self._rebuild,
+            Replay: self._replay,
         }
 
     def spaces(self) -> list[SpacePair]:
@@ -283,3 +286,24 @@ class EnvGroup:
             self._write_obs(env_id, obs)
             infos[env_id] = info
         return Reply(Rebuild, call.env_ids, infos, tuple(failures))
+
+    def _replay(self, call: Replay) -> Reply:
+        """Each env back in its snapshot, replaying its entries; the last, the step under way, is stepped
+        as any step is (its results in the buffers). An env that raises on the way fails the step."""
+        failures, stepping = [], []
+        for env_id, state, entries in zip(call.env_ids, call.states, call.entries, strict=True):
+            env = self._env(env_id)
+            try:
+                restore_env(env, state)
+                for entry in entries[:-1]:
+                    if entry[0] == "reset":
+                        env.reset(seed=entry[1], options=entry[2])
+                    elif any(env.step(entry[1])[2:4]) and self.restart:  # as _restarted resets it
+                        env.reset()
+            except Exception as exc:
+                failures.append(Failure.from_exception(env_id, "replay", exc))
+                continue
+            row_writer(self.buffers.actions)(env_id, entries[-1][1])
+            stepping.append(env_id)
+        stepped = self._step(Step(tuple(stepping))) if stepping else Reply(Step, (), {}, ())
+        return Reply(Replay, call.env_ids, stepped.values, (*failures, *stepped.failures))

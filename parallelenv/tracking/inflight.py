@@ -20,15 +20,16 @@ from typing import Any
 import numpy as np
 
 from parallelenv.array_kinds import NumpyArrays, Selection, array_kind, host_rows
-from parallelenv.backends.base import Backend, RestartsWorkers, RunsInCaller
+from parallelenv.backends.base import Backend, RunsInCaller
 from parallelenv.batching import take
-from parallelenv.calls import Call, Failure, Reply, Reset, Step
+from parallelenv.calls import Call, Failure, Replay, Reply, Reset, Step
 from parallelenv.errors import AlreadyPendingError, ClosedError, WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import Healing
 from parallelenv.infos.step_infos import NO_INFO, PendingInfos, StepInfo
 from parallelenv.policies import Policy
 from parallelenv.recycling import Recycler, Recycling
-from parallelenv.tracking.ledger import Ledger
+from parallelenv.state.journal import Journal
+from parallelenv.tracking.ledger import IDLE, Ledger
 from parallelenv.tracking.results import Outcome, Received, add_ended
 from parallelenv.tracking.resuming import Resumer
 
@@ -46,6 +47,7 @@ class InFlight:
         healing: Healing | None = None,
         sources: list[Any] | None = None,
         recycling: Recycling | None = None,
+        journal: Journal | None = None,
     ) -> None:
         n = self.num_envs = backend.num_envs
         self.backend = backend
@@ -78,14 +80,12 @@ class InFlight:
         self.broken: WorkerDiedError | None = None
         # Set from another thread by ParallelEnv.close(): the wait ends, and no death is survived.
         self.interrupted = False
-        self._recycler = None
+        self._recycler = None if recycling is None else Recycler(recycling, backend, n)
         if recycling is not None:
-            if not isinstance(backend, RestartsWorkers):
-                raise TypeError(f"recycle= needs a backend that restarts workers; {type(backend).__name__} does not")
-            self._recycler = Recycler(recycling, backend, n)
             healing = healing or Healing("raise", "raise", 0, 1.0)
         active = healing is not None and (healing.active or self._recycler is not None)
-        self.resumer = Resumer(healing, sources, backend, self) if active else None
+        self.resumer = Resumer(healing, sources, backend, self, journal) if active else None
+        self.journal = journal if active else None  # lossless healing's record of snapshots and steps
 
     def select(self, ids: np.ndarray | None) -> Selection:
         """The selection of checked ``ids``; every env when None."""
@@ -123,6 +123,8 @@ class InFlight:
         if ledger.num_pending or ledger.num_ready:
             self._require_idle(selection, "send to")
         actions = self.arrays.actions(actions, selection.count)
+        if self.journal is not None and self.journal.snapshot_due():
+            self.resumer.snapshot(self.select(np.flatnonzero(ledger.states() == IDLE)))  # type: ignore[union-attr]
         numbered = False  # numbered as it is dispatched, unless some of its envs answer otherwise
         live = None
         rows = self._rows_of_everyone if selection.everyone else self.arrays.rows(selection)
@@ -147,6 +149,8 @@ class InFlight:
                         return
                     rows = self.arrays.rows(selection)
                 live = None
+        if self.journal is not None:
+            self.journal.stepped(selection.ids, actions)
         if self.resumer is not None and self.resumer.due:
             if not numbered:
                 ledger.number(selection)
@@ -191,9 +195,8 @@ class InFlight:
     def run(self, call: Call, selection: Selection) -> Outcome:
         """Run a non-step call to completion: each env's answer, the failures of those that raised."""
         self._require_idle(selection, f"call {type(call).__name__} on")
-        if self.resumer is not None and type(call) is Reset:
-            self.resumer.healing.remember_seeds(call.env_ids, call.seeds)
-            self.resumer.forget_due(call.env_ids)
+        if self.resumer is not None:
+            self.resumer.before_call(call)
         self._call_values, self._call_info = {}, None
         self._sync_call = call
         try:
@@ -248,10 +251,7 @@ class InFlight:
     # ------------------------------------------------------------- dispatching and waiting
 
     def _require_idle(self, selection: Selection, doing: str) -> None:
-        ledger = self.ledger
-        if ledger.num_pending == 0 and ledger.num_ready == 0:
-            return
-        busy = ledger.busy(selection.ids)
+        busy = self.ledger.busy(selection.ids)  # at once where nothing is outstanding
         if busy.size:
             named = busy[:8].tolist()
             envs = f"envs {named}" if busy.size <= 8 else f"{busy.size} envs ({str(named)[:-1]}, ...])"
@@ -374,8 +374,9 @@ class InFlight:
         resumer = self.resumer
         if resumer is not None:
             if resumer.stands_in(reply):
+                if reply.call_type is not Replay:  # a replayed step's info rows are its own
+                    self.infos.forget(reply.env_ids)  # theirs hold no step of the rebuilt envs
                 reply = resumer.as_restarted_step(reply)
-                self.infos.forget(reply.env_ids)  # their info rows hold no step of the rebuilt envs
             if reply.failures and reply.call_type is Step:
                 reply = resumer.rebuild_failed(reply)
                 if not reply.env_ids:

@@ -17,6 +17,7 @@ no call under way, at its next step (its new episode is then *due*).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,10 +25,15 @@ import numpy as np
 from parallelenv.array_kinds import Selection
 from parallelenv.backends.base import Backend
 from parallelenv.batching import take
-from parallelenv.calls import Call, Failure, Rebuild, Reply, Reset, Step, method_name, split_call
+from parallelenv.calls import Call, Failure, Rebuild, Replay, Reply, Reset, Step, method_name, split_call
 from parallelenv.errors import WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_HUNG, WORKER_RECYCLED, Healing, SurvivedFailure
 from parallelenv.infos.keys import ENV_RESTARTED, FAILURE, WORKER_RESTARTED
+from parallelenv.state.journal import Journal, is_snapshot, snapshot_call
+
+# Where a rebuilt env was put back into its snapshot, standing in for "worker_restarted": no info key is
+# set, the step's own infos are handed over (a due or stand-in entry's marker, never a key the caller sees).
+RESTORED = "restored"
 
 
 class Tracker(Protocol):
@@ -38,6 +44,7 @@ class Tracker(Protocol):
 
     def select(self, ids: np.ndarray | None) -> Selection: ...
     def pending_among(self, ids: np.ndarray) -> np.ndarray: ...
+    def run(self, call: Call, selection: Selection) -> Any: ...
     def send_new(self, call: Call, selection: Selection) -> None: ...
     def send_instead(self, call: Call, env_ids: tuple[int, ...]) -> None: ...
     def abandon(self, env_ids: np.ndarray) -> None: ...
@@ -46,8 +53,10 @@ class Tracker(Protocol):
 class Resumer:
     """What rebuilt envs owe the caller, and the calls that stand in for the ones they lost."""
 
-    def __init__(self, healing: Healing, sources: list[Any] | None, backend: Backend, tracker: Tracker) -> None:
+    def __init__(self, healing: Healing, sources: list[Any] | None, backend: Backend, tracker: Tracker,
+                 journal: Journal | None = None) -> None:
         self.healing = healing
+        self.journal = journal  # snapshots and the steps since, for lossless healing; None: rebuilt envs reset
         self._sources = sources  # the user's envs, from which on_env_error="restart" rebuilds one
         self._backend = backend
         self._tracker = tracker
@@ -83,19 +92,29 @@ class Resumer:
             return []
         ids = np.array(sorted(rebuilt), dtype=np.int64)
         pending = self._tracker.pending_among(ids)
-        for env_id in np.setdiff1d(ids, pending).tolist():
-            self.due[env_id] = (failure, WORKER_RESTARTED)
-        if not pending.size:
-            return []
+        snapshotting = is_snapshot(sync_call)
         # A step sent earlier (send(), then another call) is still under way
         # beside the call run() has under way: each is answered as its own kind.
         in_call = np.isin(pending, sync_call.env_ids) if sync_call is not None else np.zeros(len(pending), bool)
-        stepping = pending[~in_call]
-        if stepping.size:
-            stepping_ids = tuple(stepping.tolist())
-            self._tracker.send_instead(self._stand_in(stepping_ids, failure, WORKER_RESTARTED), stepping_ids)
-        calling = pending[in_call]
-        if not calling.size:
+        stepping, calling = pending[~in_call], pending[in_call]
+        idle = np.setdiff1d(ids, stepping if snapshotting else pending)  # a lost snapshot: as if idle
+        journal = self.journal
+        restored = [i for i in [*stepping.tolist(), *idle.tolist()] if journal is not None and journal.can_replay(i)]
+        if restored:  # the failure log says which envs went on from their snapshot
+            log, named = self.healing.failures, dataclasses.replace(failure, restored=tuple(sorted(restored)))
+            log[next(k for k in range(len(log) - 1, -1, -1) if log[k] is failure)] = failure = named
+        for env_id in idle.tolist():
+            self.due[env_id] = (failure, RESTORED if env_id in restored else WORKER_RESTARTED)
+        replaying = tuple(i for i in stepping.tolist() if i in restored)
+        if replaying:
+            assert journal is not None
+            self._replay(replaying, failure, journal, new=False)
+        resetting = tuple(i for i in stepping.tolist() if i not in restored)
+        if resetting:
+            self._tracker.send_instead(self._stand_in(resetting, failure, WORKER_RESTARTED), resetting)
+        if snapshotting:  # a snapshot's answer is not the caller's: its envs go on from their last one
+            self._tracker.abandon(calling)
+        if not calling.size or snapshotting:
             return []
         assert sync_call is not None
         if type(sync_call) is Reset:
@@ -126,9 +145,42 @@ class Resumer:
             self._resume(renewed, self.healing.record(tuple(renewed), WORKER_RECYCLED, reason), None)
 
     def forget_due(self, env_ids: tuple[int, ...]) -> None:
-        """These envs are reset anyway: their new episode starts there, not at their next step."""
+        """These envs are reset anyway: their new episode starts there, not at their next step (an env to
+        be put back into its snapshot still is, at its next step: its record holds this reset)."""
         for env_id in env_ids:
-            self.due.pop(env_id, None)
+            if self.due.get(env_id, (None, None))[1] != RESTORED:
+                self.due.pop(env_id, None)
+
+    def _replay(self, env_ids: tuple[int, ...], failure: SurvivedFailure, journal: Journal, new: bool) -> None:
+        """Put ``env_ids`` back into their snapshots and replay their steps, the step under way (or
+        about to be sent, when ``new``) last: its reply answers that step."""
+        for env_id in env_ids:
+            self.standins[env_id] = (failure, RESTORED)
+        replay = journal.replay(list(env_ids))
+        if new:
+            self._tracker.send_new(replay, self._tracker.select(np.array(env_ids, dtype=np.int64)))
+        else:
+            self._tracker.send_instead(replay, env_ids)
+
+    def before_call(self, call: Call) -> None:
+        """What a call other than a step means to the rebuilt envs and the snapshots' record."""
+        journal = self.journal
+        if type(call) is Reset:
+            self.healing.remember_seeds(call.env_ids, call.seeds)
+            self.forget_due(call.env_ids)
+            if journal is not None:
+                journal.reset(call.env_ids, tuple(call.seeds), tuple(call.options))
+        elif journal is not None and not is_snapshot(call):
+            journal.changed(call.env_ids)
+
+    def snapshot(self, idle: Selection) -> None:
+        """Take the state of the envs of ``idle`` (none with a call under way) for the record."""
+        assert self.journal is not None
+        outcome = self._tracker.run(snapshot_call(idle.env_ids), idle)
+        lost = set(self.due) | set(self.standins)  # their worker died meanwhile: their old snapshot stands
+        refusals = {f.env_index: f.message for f in outcome.failures if f.env_index not in lost}
+        taken = [i for i in idle.env_ids if i not in lost]
+        self.journal.took(taken, [outcome.values.get(i) for i in taken], refusals)
 
     def _stand_in(self, env_ids: tuple[int, ...], failure: SurvivedFailure, key: str) -> Reset:
         """The reset of rebuilt envs, with fresh seeds, whose reply answers their step (see
@@ -143,11 +195,15 @@ class Resumer:
         due_mask = np.isin(selection.ids, list(self.due))
         if not due_mask.any():
             return selection, actions
-        by_failure: dict[int, tuple[SurvivedFailure, str, list[int]]] = {}
+        by_failure: dict[tuple[int, str], tuple[SurvivedFailure, str, list[int]]] = {}
         for env_id in selection.ids[due_mask].tolist():
             failure, key = self.due.pop(env_id)
-            by_failure.setdefault(id(failure), (failure, key, []))[2].append(env_id)
+            by_failure.setdefault((id(failure), key), (failure, key, []))[2].append(env_id)
         for failure, key, env_ids in by_failure.values():
+            if key == RESTORED:
+                assert self.journal is not None
+                self._replay(tuple(env_ids), failure, self.journal, new=True)
+                continue
             reset = self._stand_in(tuple(env_ids), failure, key)
             self._tracker.send_new(reset, self._tracker.select(np.array(env_ids, dtype=np.int64)))
         return selection.without(due_mask), take(actions, ~due_mask)
@@ -160,6 +216,10 @@ class Resumer:
         """A stand-in reset's reply as the step it answers: the new episode's first obs, no reward,
         ``truncated``, and the info saying why."""
         env_ids = reply.env_ids
+        if reply.call_type is Replay:  # the step itself, replayed: its results and infos are the step's own
+            for env_id in env_ids:
+                self.standins.pop(env_id)
+            return dataclasses.replace(reply, call_type=Step)
         failed = set(reply.failed_ids())
         answered = [i for i in env_ids if i not in failed]
         buffers = self._backend.buffers

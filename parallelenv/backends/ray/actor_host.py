@@ -25,7 +25,7 @@ from parallelenv.backends.spaces import SpaceMismatch
 from parallelenv.backends.subproc import wire
 from parallelenv.backends.subproc.backend import SubprocBackend
 from parallelenv.batching import Batched, put, take
-from parallelenv.calls import NO_RESULT_CALLS, Call, Failure, Reply, Step, shifted
+from parallelenv.calls import NO_RESULT_CALLS, Call, Failure, Replay, Reply, Step, shifted
 from parallelenv.errors import EnvError, WorkerDiedError
 
 LOCAL_BACKENDS: dict[str, type] = {"dummy": DummyBackend, "subproc": SubprocBackend}
@@ -125,9 +125,9 @@ class GroupHost:
         reply = _merged(local, replies)
         result = None
         if reply.call_type not in NO_RESULT_CALLS:
-            result = _rows(backend, rows, with_step=reply.call_type is Step)
+            result = _rows(backend, rows, with_step=reply.call_type in (Step, Replay))
         columns = backend.buffers.info_columns
-        if type(local) is Step and columns is not None and columns.columns:
+        if type(local) in (Step, Replay) and columns is not None and columns.columns:
             # The local workers' numeric infos, in their columns here: they travel as one vector info
             # over the call's envs, beside the per-env infos of the reply (see results.merge_batched).
             reply = dataclasses.replace(reply, info=columns.vector(rows) or None, info_kinds=columns.kinds)

@@ -1,0 +1,135 @@
+"""Lossless healing's record: each env's last snapshot and everything it was sent since.
+
+With ``ParallelEnv(snapshots=...)``, every ``every`` steps the envs with no
+call under way have their state taken (:meth:`Journal.snapshot_due`), and
+every step's actions and every reset are written down after it
+(:meth:`Journal.stepped`, :meth:`Journal.reset`). An env whose worker died is
+rebuilt, put back into its snapshot and replays its entries, the step under
+way last (:meth:`Journal.replay`): the caller sees what a run without the
+fault would have shown. The record of an env is dropped at each of its
+snapshots, so it holds at most ``every`` steps (more only while an env
+has calls under way through a snapshot). An env whose state cannot be taken
+(its error is kept in ``refused``), or that a call changed since
+(``set_env_attr``, a method, a replacement), is rebuilt and reset as
+without snapshots until its next snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from parallelenv.batching import rows_reader
+from parallelenv.calls import Call, CallMethod, Replay
+from parallelenv.state.capture import capture_env, trusted_classes
+
+DEFAULT_SNAPSHOT_EVERY = 100
+
+
+class Journal:
+    """The last snapshot of each env and the entries sent to it since (see the module's docstring)."""
+
+    def __init__(self, num_envs: int, every: int) -> None:
+        self.every = every
+        self.states: list[Any] = [None] * num_envs  # None: no snapshot to go back to
+        self.refused: dict[int, str] = {}  # why an env's state could not be taken
+        self._snapshot_at = [0] * num_envs  # where each env's entries start in _entries
+        self._entries: list[tuple[str, np.ndarray, Any]] = []  # ("step", ids, actions) or ("reset", ids, call)
+        self._first = 0  # the index of _entries[0] in the whole record
+        self._steps_since = every  # the first step takes the first snapshot
+
+    def snapshot_due(self) -> bool:
+        return self._steps_since >= self.every
+
+    def took(self, env_ids: list[int], states: list[Any], refusals: dict[int, str]) -> None:
+        """The snapshot of ``env_ids``: their states (None where refused, and why)."""
+        end = self._first + len(self._entries)
+        for env_id, state in zip(env_ids, states, strict=True):
+            self.states[env_id] = state
+            self._snapshot_at[env_id] = end
+        self.refused.update(refusals)
+        for env_id in env_ids:
+            if env_id not in refusals:
+                self.refused.pop(env_id, None)
+        self._steps_since = 0
+        self._drop_unread()
+
+    def stepped(self, ids: np.ndarray, actions: Any) -> None:
+        """A step of the envs ``ids`` (in the order of ``actions``'s rows) was sent."""
+        self._entries.append(("step", ids.copy(), _copied(actions)))
+        self._steps_since += 1
+
+    def reset(self, ids: tuple[int, ...], seeds: tuple[Any, ...], options: tuple[Any, ...]) -> None:
+        self._entries.append(("reset", np.array(ids, dtype=np.int64), (seeds, options)))
+
+    def changed(self, env_ids: tuple[int, ...]) -> None:
+        """These envs were changed by a call the record cannot replay: no snapshot until the next."""
+        for env_id in env_ids:
+            self.states[env_id] = None
+
+    def replay(self, env_ids: list[int]) -> Replay:
+        """The call that puts ``env_ids`` (each with a snapshot) back where they stand now: the last
+        entry of each is the step under way or about to be sent."""
+        states, entries = [], []
+        for env_id in env_ids:
+            states.append(self.states[env_id])
+            entries.append(tuple(self._entries_of(env_id)))
+        return Replay(tuple(env_ids), tuple(states), tuple(entries))
+
+    def can_replay(self, env_id: int) -> bool:
+        return self.states[env_id] is not None
+
+    def _entries_of(self, env_id: int) -> list[tuple[Any, ...]]:
+        found = []
+        for kind, ids, data in self._entries[self._snapshot_at[env_id] - self._first:]:
+            where = np.flatnonzero(ids == env_id)
+            if not where.size:
+                continue
+            position = int(where[0])
+            if kind == "step":
+                found.append(("step", rows_reader(data)([position])[0]))
+            else:
+                seeds, options = data
+                found.append(("reset", seeds[position], options[position]))
+        return found
+
+    def _drop_unread(self) -> None:
+        """Forget the entries that precede every env's snapshot."""
+        oldest = min(self._snapshot_at)
+        if oldest > self._first:
+            del self._entries[: oldest - self._first]
+            self._first = oldest
+
+
+def journal_for(snapshots: Any, num_envs: int, restarts_workers: bool) -> Journal | None:
+    """The record ``ParallelEnv(snapshots=...)`` asks for; None where it is off."""
+    if snapshots is False or snapshots is None:
+        return None
+    every = DEFAULT_SNAPSHOT_EVERY if snapshots is True else snapshots
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"snapshots={snapshots!r}; use True (every {DEFAULT_SNAPSHOT_EVERY} steps), a number "
+                         "of steps >= 1, or False")
+    if not restarts_workers:
+        raise ValueError("snapshots= serves healing, which restarts no worker here: pass "
+                         "on_worker_failure='restart' (or recycle=) too")
+    return Journal(num_envs, every)
+
+
+def snapshot_call(env_ids: tuple[int, ...]) -> CallMethod:
+    """The call that takes the state of ``env_ids`` where they run."""
+    return CallMethod(env_ids, capture_env, (trusted_classes(),) * len(env_ids))
+
+
+def is_snapshot(call: Call | None) -> bool:
+    return type(call) is CallMethod and call.name is capture_env
+
+
+def _copied(actions: Any) -> Any:
+    if isinstance(actions, np.ndarray):
+        return actions.copy()
+    if isinstance(actions, dict):
+        return {key: _copied(value) for key, value in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(_copied(value) for value in actions)
+    return list(actions)
