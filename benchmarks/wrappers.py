@@ -172,6 +172,13 @@ register("parallelenv-subproc-healing", SUBPROCESS, ours=True, requires=("parall
          "(on_worker_failure='restart')")(
     functools.partial(ParallelEnvRunner, mode="subproc", cores=_a_core_per_worker, on_worker_failure="restart"))
 
+# Lossless healing's cost: snapshots of every env every N steps and the steps since kept (cheetah8 is the bar).
+for _every in (100, 10):
+    register(f"parallelenv-subproc-snapshots{_every}", SUBPROCESS, ours=True, requires=("parallelenv",),
+             workloads=frozenset(), note=f"as parallelenv-subproc, healing without a cut episode: "
+             f"on_worker_failure='restart', snapshots={_every}")(
+        functools.partial(ParallelEnvRunner, mode="subproc", on_worker_failure="restart", snapshots=_every))
+
 
 register("ceiling", CEILING, workloads=frozenset({"cheetah8", "pong8"}),
          note="no wrapper: one bare process per core steps its share of the envs back to back, restarting "

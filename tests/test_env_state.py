@@ -111,7 +111,14 @@ def pong() -> gym.Env:
     import ale_py
 
     gym.register_envs(ale_py)
-    return gym.make("ALE/Pong-v5")
+    return gym.make("ALE/Pong-v5", repeat_action_probability=0.0)
+
+
+def sticky_pong() -> gym.Env:
+    import ale_py
+
+    gym.register_envs(ale_py)
+    return gym.make("ALE/Pong-v5")  # repeats the last action at random: the ALE's state does not hold which
 
 
 ENV_KINDS = {
@@ -190,11 +197,28 @@ def test_check_state_reports_size_and_times():
     assert result.capture_s >= 0 and result.restore_s >= 0 and result.difference is None
 
 
-@pytest.mark.parametrize("needs, factory", [("mujoco", half_cheetah), ("ale_py", pong)])
-def test_the_adapters_are_exact(needs, factory):
+def ant() -> gym.Env:
+    return gym.make("Ant-v5")
+
+
+@pytest.mark.parametrize("needs, factory", [("mujoco", half_cheetah), ("mujoco", ant), ("ale_py", pong)])
+@pytest.mark.parametrize("seed", [0, 2])
+def test_the_adapters_are_exact(needs, factory, seed):
+    """Ant reads its bodies' positions before a step (as the last step left them); Pong, with seed 2,
+    met a sticky action before sticky actions were refused."""
     pytest.importorskip(needs)
-    result = check_state(factory, steps=50)
+    result = check_state(factory, steps=100, seed=seed)
     assert result.exact, result.difference
+
+
+def test_an_atari_env_with_sticky_actions_is_refused_naming_why(make_penv):
+    pytest.importorskip("ale_py")
+    result = check_state(sticky_pong, steps=5)
+    assert not result.exact and result.way == "none" and "repeat_action_probability=0.25" in result.difference
+    penv = make_penv([sticky_pong])
+    penv.reset(seed=0)
+    with pytest.raises(EnvError, match="repeat_action_probability=0"):
+        penv.get_state()
 
 
 def test_bad_states_are_refused_with_a_clear_error(make_penv):

@@ -24,6 +24,8 @@ rows of one :class:`~parallelenv.tensor.TensorEnv`: see its ``get_state``.
 
 from __future__ import annotations
 
+import functools
+import pickle
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +33,7 @@ from typing import Any
 import cloudpickle
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 
 __all__ = ["EnvState", "StateError", "capture_env", "class_name", "restore_env", "trust", "trusted_classes"]
 
@@ -78,30 +81,34 @@ def trusted_classes() -> frozenset[str]:
     return frozenset(_TRUSTED_PICKLES)
 
 
-def _in_mro(cls: type, qualified: str) -> bool:
-    return any(class_name(base) == qualified for base in cls.__mro__)
-
-
-def _is_mujoco(core: Any) -> bool:
-    return _in_mro(type(core), "gymnasium.envs.mujoco.mujoco_env.MujocoEnv")
-
-
-def _is_ale(core: Any) -> bool:
-    return _in_mro(type(core), "ale_py.env.AtariEnv")
+@functools.cache
+def _class_way(cls: type) -> str | None:
+    """The way a class says (its protocol, an adapter's base), without importing MuJoCo or the ALE."""
+    if callable(getattr(cls, "get_state", None)) and callable(getattr(cls, "set_state", None)):
+        return PROTOCOL
+    bases = {class_name(base) for base in cls.__mro__}
+    return MUJOCO if "gymnasium.envs.mujoco.mujoco_env.MujocoEnv" in bases else \
+        ALE if "ale_py.env.AtariEnv" in bases else None
 
 
 def _has_protocol(obj: Any) -> bool:
-    return callable(getattr(type(obj), "get_state", None)) and callable(getattr(type(obj), "set_state", None))
+    return _class_way(type(obj)) == PROTOCOL
 
 
 def way_of(env: Any, trusted: Iterable[str] = ()) -> str:
     """How ``env``'s state is taken (see the module's docstring); a StateError where it cannot be."""
     core = env.unwrapped
-    if _has_protocol(core):
-        return PROTOCOL
-    if _is_mujoco(core):
-        return MUJOCO
-    if _is_ale(core):
+    way = _class_way(type(core))
+    if way in (PROTOCOL, MUJOCO):
+        return way
+    if way == ALE:
+        sticky = core.ale.getFloat("repeat_action_probability")
+        if sticky > 0:
+            raise StateError(
+                f"{class_name(type(core))} repeats its last action at random (repeat_action_probability={sticky:g}), "
+                "and the ALE's cloneState does not keep which action that is: a state put back would not go on "
+                "exactly. Make the env with repeat_action_probability=0 (v5 envs default to 0.25)"
+            )
         return ALE
     cls = class_name(type(core))
     if cls in _TRUSTED_PICKLES or cls in trusted:
@@ -123,9 +130,42 @@ def _layers(env: Any) -> list[Any]:
 
 
 def _attributes(obj: Any, leave_out: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """``obj``'s own attributes but the envs it holds (a wrapper's inner env is not its state)."""
-    return {name: value for name, value in vars(obj).items()
-            if name not in leave_out and not isinstance(value, gym.Env)}
+    """``obj``'s own attributes that its next steps may depend on: not the envs it holds (a wrapper's
+    inner env is not its state), nor its spaces and spec, which stay what they were built as (a space's
+    own generator, for ``space.sample()``, is the caller's, not the env's); a NumPy generator as its
+    state alone, put back into the generator there is (a tenth of pickling the generator)."""
+    kept = {}
+    for name, value in vars(obj).items():
+        if name in leave_out or isinstance(value, (gym.Env, gym.Space, EnvSpec)):
+            continue
+        kept[name] = _GeneratorState(value.bit_generator.state) if type(value) is np.random.Generator else value
+    return kept
+
+
+@dataclass(frozen=True)
+class _GeneratorState:
+    state: dict[str, Any]
+
+
+def _put_attributes(obj: Any, attributes: dict[str, Any]) -> None:
+    own = vars(obj)
+    for name, value in attributes.items():
+        if type(value) is _GeneratorState:
+            generator = own.get(name)
+            if type(generator) is not np.random.Generator or type(generator.bit_generator).__name__ != \
+                    value.state["bit_generator"]:
+                generator = np.random.Generator(getattr(np.random, value.state["bit_generator"])())
+            generator.bit_generator.state = value.state
+            value = generator
+        own[name] = value
+
+
+def _dumps(value: Any) -> bytes:
+    """The standard pickle where it serves (several times faster on small states), else cloudpickle."""
+    try:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001  (a lambda, a class defined in a function: cloudpickle takes those)
+        return cloudpickle.dumps(value)
 
 
 _SIMULATOR_HANDLES = {MUJOCO: frozenset({"model", "data", "mujoco_renderer"}), ALE: frozenset({"ale"})}
@@ -138,8 +178,11 @@ def _core_state(core: Any, way: str) -> Any:
         import mujoco
 
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
-        simulator = np.empty(mujoco.mj_stateSize(core.model, spec))
-        mujoco.mj_getState(core.model, core.data, simulator, spec)
+        integration = np.empty(mujoco.mj_stateSize(core.model, spec))
+        mujoco.mj_getState(core.model, core.data, integration, spec)
+        # The bodies' positions as the last step computed them (from before it integrated), which no
+        # integration state holds: Ant's and Humanoid's rewards read them before their next step.
+        simulator = (integration, core.data.xpos.copy(), core.data.xipos.copy())
     else:
         simulator = core.ale.cloneState(include_rng=True)
     return simulator, _attributes(core, _SIMULATOR_HANDLES[way])
@@ -153,10 +196,11 @@ def _put_core_state(core: Any, way: str, state: Any) -> None:
     if way == MUJOCO:
         import mujoco
 
-        mujoco.mj_setState(core.model, core.data, simulator, mujoco.mjtState.mjSTATE_INTEGRATION)
+        integration, core.data.xpos[...], core.data.xipos[...] = simulator
+        mujoco.mj_setState(core.model, core.data, integration, mujoco.mjtState.mjSTATE_INTEGRATION)
     else:
         core.ale.restoreState(simulator)
-    vars(core).update(attributes)
+    _put_attributes(core, attributes)
 
 
 def capture_env(env: Any, trusted: Iterable[str] = ()) -> EnvState:
@@ -165,11 +209,12 @@ def capture_env(env: Any, trusted: Iterable[str] = ()) -> EnvState:
     way = way_of(env, trusted)
     cls = class_name(type(env.unwrapped))
     if way == PICKLE:
-        return EnvState(PICKLE, cls, cloudpickle.dumps(env))
+        return EnvState(PICKLE, cls, _dumps(env))
     layers = [(True, layer.get_state()) if _has_protocol(layer) else (False, _attributes(layer, frozenset({"env"})))
               for layer in _layers(env)]
+    core_state = _core_state(env.unwrapped, way)
     try:
-        data = cloudpickle.dumps((layers, _core_state(env.unwrapped, way)))
+        data = _dumps((layers, core_state))
     except Exception as exc:
         raise StateError(f"the state of {cls} (its wrappers {[type(w).__name__ for w in _layers(env)]}) "
                          f"does not pickle: {type(exc).__name__}: {exc}") from exc
@@ -194,7 +239,7 @@ def restore_env(env: Any, state: EnvState) -> None:
         if own_protocol:
             layer.set_state(layer_state)
         else:
-            vars(layer).update(layer_state)
+            _put_attributes(layer, layer_state)
     _put_core_state(env.unwrapped, state.way, core_state)
 
 
