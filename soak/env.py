@@ -19,21 +19,42 @@ class FaultyEnv(gym.Env):
     """Obs is [tag, step count]; episodes last ``episode_length`` steps.
 
     Actions below :attr:`STEP_RAISES` step; the others inject the fault they
-    name in the step that receives them. Each step keeps ``leak_kb`` KiB more
-    of written memory, as a leaky simulator does, until the env is rebuilt.
+    name in the step that receives them. A file ``marker`` (when given) makes
+    the next step exit or hang, as it says, and is removed: a fault of the
+    worker, not of the actions, so that a step replayed after it steps on (as
+    lossless healing replays it). Each step keeps ``leak_kb`` KiB more of
+    written memory, as a leaky simulator does, until the env is rebuilt; the
+    leak is no part of its state (:meth:`get_state`), as a simulator's is not.
     """
 
     STEP_RAISES, NEXT_RESET_RAISES, EXITS, HANGS = 2, 3, 4, 5
     observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float64)
     action_space = spaces.Discrete(6)
 
-    def __init__(self, tag: int = 0, leak_kb: float = 0.0, episode_length: int = 200) -> None:
+    def __init__(self, tag: int = 0, leak_kb: float = 0.0, episode_length: int = 200,
+                 marker: str | None = None) -> None:
         self.tag = tag
         self.leak_bytes = int(leak_kb * 1024)
         self.episode_length = episode_length
+        self.marker = marker
         self.count = 0
         self.reset_raises = False
         self.leaked: list[bytes] = []
+
+    def get_state(self) -> tuple[int, bool, dict[str, Any]]:
+        return self.count, self.reset_raises, self.np_random.bit_generator.state
+
+    def set_state(self, state: tuple[int, bool, dict[str, Any]]) -> None:
+        self.count, self.reset_raises, self.np_random.bit_generator.state = state
+
+    def _marked_fault(self) -> int | None:
+        try:
+            with open(self.marker) as file:  # type: ignore[arg-type]
+                fault = file.read()
+            os.remove(self.marker)  # type: ignore[arg-type]
+        except (FileNotFoundError, TypeError):
+            return None
+        return self.EXITS if fault == "exits" else self.HANGS
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
@@ -43,7 +64,7 @@ class FaultyEnv(gym.Env):
         return np.array([self.tag, 0.0]), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
-        action = int(action)
+        action = int(action) if self.marker is None else self._marked_fault() or int(action)
         if action == self.STEP_RAISES:
             raise RuntimeError(f"env {self.tag}: injected fault in step")
         if action == self.EXITS:

@@ -12,14 +12,15 @@ from parallelenv import ParallelEnv
 from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_HUNG
 from soak.env import FaultyEnv
 
-# Each fault: the action that makes the env inject it (None: the soak kills the env's process
-# from outside), and the kind of failure the ParallelEnv must log for it.
-FAULTS: dict[str, tuple[int | None, str]] = {
+# Each fault: how the env gets it (an action that makes it inject it; "kill": the soak kills the env's
+# process from outside; "marker": a file that makes its next step exit or hang once, so that a replay of
+# that step steps on), and the kind of failure the ParallelEnv must log for it.
+FAULTS: dict[str, tuple[int | str, str]] = {
     "step raises": (FaultyEnv.STEP_RAISES, ENV_ERROR),
     "reset raises": (FaultyEnv.NEXT_RESET_RAISES, ENV_ERROR),
-    "exits": (FaultyEnv.EXITS, WORKER_DIED),
-    "killed": (None, WORKER_DIED),
-    "hangs": (FaultyEnv.HANGS, WORKER_HUNG),
+    "exits": ("marker", WORKER_DIED),
+    "killed": ("kill", WORKER_DIED),
+    "hangs": ("marker", WORKER_HUNG),
 }
 ENV_RAISED = ("step raises", "reset raises")  # what a backend without workers can survive
 
@@ -59,11 +60,17 @@ class FaultPlan:
         return Fault(step, int(self._rng.integers(self._num_envs)), str(self._round.pop()))
 
 
-def inject(penv: ParallelEnv, fault: Fault, actions: np.ndarray) -> None:
-    """Set up ``fault`` for the next step: its action in ``actions``, or a SIGKILL of its env's process now."""
-    action = FAULTS[fault.what][0]
-    if action is None:
+def inject(penv: ParallelEnv, fault: Fault, actions: np.ndarray, markers: str) -> None:
+    """Set up ``fault`` for the next step: its action in ``actions``, its marker in the folder ``markers``
+    (which the envs were built with), or a SIGKILL of its env's process now."""
+    how = FAULTS[fault.what][0]
+    if how == "kill":
         # The process that runs the env: a subproc worker, a Ray actor, or a worker under a ray-subproc actor.
         os.kill(penv.backend.env_pids()[fault.env_id], signal.SIGKILL)
+    elif how == "marker":
+        path = os.path.join(markers, str(fault.env_id))
+        with open(path + ".new", "w") as file:
+            file.write(fault.what)
+        os.replace(path + ".new", path)  # whole: a step never reads half of it
     else:
-        actions[fault.env_id] = action
+        actions[fault.env_id] = how

@@ -10,6 +10,7 @@ with env-raised faults only, each env rebuilt in place.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,9 +56,16 @@ class Profile:
     def has_workers(self) -> bool:
         return self.para_mode != "dummy"
 
-    def factories(self) -> list[Callable[[], FaultyEnv]]:
-        return [functools.partial(FaultyEnv, tag=i, leak_kb=self.leak_kb if i == LEAKY_ENV else 0.0)
+    def factories(self, markers: str | None = None) -> list[Callable[[], FaultyEnv]]:
+        """The envs; with ``markers``, a folder where a file named after an env makes its next step exit or hang."""
+        return [functools.partial(FaultyEnv, tag=i, leak_kb=self.leak_kb if i == LEAKY_ENV else 0.0,
+                                  marker=None if markers is None else os.path.join(markers, str(i)))
                 for i in range(self.num_envs)]
+
+    @property
+    def snapshot_every(self) -> int | None:
+        """Lossless healing's cadence: ten snapshots between faults, on every backend with workers."""
+        return max(1, self.fault_every // 10) if self.has_workers else None
 
     def recycling(self, fresh_worker_mb: float | None) -> Recycling | None:
         """The recycling rule, given a fresh worker's RSS (for the memory limit)."""
@@ -71,7 +79,8 @@ class Profile:
         """The ParallelEnv options that make it survive every fault of :attr:`faults`."""
         worker_failure = "restart" if self.has_workers else "raise"
         return {"asynchronous": "restart", "on_env_error": "restart", "on_worker_failure": worker_failure,
-                "call_timeout": self.call_timeout, "max_restarts": 10**9}
+                "call_timeout": self.call_timeout, "max_restarts": 10**9,
+                "snapshots": self.snapshot_every or False}
 
 
 # Rates on a 2-core machine: dummy ~13,000 steps/s, subproc ~1,000, ray ~90, ray-subproc ~250. A fault

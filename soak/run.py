@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ import numpy as np
 import psutil
 
 from parallelenv import ParallelEnv, Recycling
-from parallelenv.healing import WORKER_RECYCLED
+from parallelenv.healing import ENV_ERROR, WORKER_RECYCLED
 from parallelenv.recycling import resident_mb
 from soak import resources
 from soak.faults import Fault, FaultPlan, inject
@@ -68,14 +69,17 @@ def soak(profile: Profile, seconds: float, seed: int = 0, min_faults: int = 0) -
     children_before = {process.pid for process in resources.descendants()[0]}
     segments_before = resources.segments()
     outcome = Outcome(profile.para_mode, profile.num_envs)
-    penv = ParallelEnv(profile.factories(), para_mode=profile.para_mode, recycle=recycle, **profile.healing(),
-                       **profile.options)
-    try:
-        samples, expected = _run(penv, profile, seconds, seed, min_faults, outcome)
-        outcome.logged = Counter(failure.kind for failure in penv.failures)
-        outcome.verdicts.append(_log_verdict(penv, expected))
-    finally:
-        penv.close()
+    with tempfile.TemporaryDirectory(prefix="soak-markers-") as markers:
+        penv = ParallelEnv(profile.factories(markers), para_mode=profile.para_mode, recycle=recycle,
+                           **profile.healing(), **profile.options)
+        try:
+            samples, expected = _run(penv, profile, seconds, seed, min_faults, outcome, markers)
+            outcome.logged = Counter(failure.kind for failure in penv.failures)
+            outcome.verdicts.append(_log_verdict(penv, expected))
+            if profile.snapshot_every is not None:
+                outcome.verdicts.append(_kept_verdict(penv, expected, profile.snapshot_every))
+        finally:
+            penv.close()
     workers = {pid for sample in samples for pid in sample.workers}
     outcome.verdicts += _parent_verdicts(samples) + _worker_verdicts(samples, profile, recycle, fresh_mb)
     outcome.verdicts += _leftover_verdicts(children_before, segments_before, workers)
@@ -83,7 +87,7 @@ def soak(profile: Profile, seconds: float, seed: int = 0, min_faults: int = 0) -
 
 
 def _run(penv: ParallelEnv, profile: Profile, seconds: float, seed: int, min_faults: int,
-         outcome: Outcome) -> tuple[list[Sample], list[Fault]]:
+         outcome: Outcome, markers: str) -> tuple[list[Sample], list[Fault]]:
     """The steps, faults and samples; returns the samples and the faults injected."""
     plan = FaultPlan(profile.faults, profile.fault_every, profile.num_envs, seed)
     expected: list[Fault] = []
@@ -100,7 +104,7 @@ def _run(penv: ParallelEnv, profile: Profile, seconds: float, seed: int, min_fau
         actions = np.zeros(profile.num_envs, dtype=np.int64)
         fault = plan.at(outcome.steps)
         if fault is not None:
-            inject(penv, fault, actions)
+            inject(penv, fault, actions, markers)
             expected.append(fault)
             outcome.injected[fault.what] += 1
         penv.step(actions)
@@ -120,6 +124,30 @@ def _log_verdict(penv: ParallelEnv, expected: list[Fault]) -> Verdict:
         f"{logged[mismatches[0]].kind} of envs {logged[mismatches[0]].env_ids}" if mismatches
         else "counts differ")
     return Verdict("failures logged", "", len(expected), len(logged), 0, passed, rule)
+
+
+def _kept_verdict(penv: ParallelEnv, expected: list[Fault], every: int) -> Verdict:
+    """Every env of a worker lost to a fault went on from its snapshot (``SurvivedFailure.restored``): no
+    episode cut. Excused: an env with no snapshot to go back to, as it is before its first, or after an env
+    error rebuilt it and until its next snapshot (``every`` steps, and as many again for a snapshot due
+    while some envs were busy)."""
+    logged = [failure for failure in penv.failures if failure.kind != WORKER_RECYCLED]
+    rebuilt_at: dict[int, list[int]] = {}
+    for fault in expected:
+        if fault.kind == ENV_ERROR:
+            rebuilt_at.setdefault(fault.env_id, []).append(fault.step)
+    lost, kept = 0, 0
+    for failure, fault in zip(logged, expected, strict=False):
+        if failure.kind == ENV_ERROR:
+            continue
+        for env_id in failure.env_ids:
+            if fault.step <= 2 * every or any(fault.step - 2 * every <= step <= fault.step
+                                              for step in rebuilt_at.get(env_id, [])):
+                continue
+            lost += 1
+            kept += env_id in failure.restored
+    return Verdict("episodes kept", "", lost, kept, 0, kept == lost,
+                   "each env of a lost worker restored from its snapshot, none cut")
 
 
 def _parent_verdicts(samples: list[Sample]) -> list[Verdict]:

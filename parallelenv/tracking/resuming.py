@@ -99,6 +99,8 @@ class Resumer:
         stepping, calling = pending[~in_call], pending[in_call]
         idle = np.setdiff1d(ids, stepping if snapshotting else pending)  # a lost snapshot: as if idle
         journal = self.journal
+        if journal is not None:  # a worker lost again while it replayed: the replay may be what kills it
+            journal.changed(tuple(i for i in stepping.tolist() if self.standins.get(i, ("", ""))[1] == RESTORED))
         restored = [i for i in [*stepping.tolist(), *idle.tolist()] if journal is not None and journal.can_replay(i)]
         if restored:  # the failure log says which envs went on from their snapshot
             log, named = self.healing.failures, dataclasses.replace(failure, restored=tuple(sorted(restored)))
@@ -187,6 +189,8 @@ class Resumer:
         :meth:`as_restarted_step`)."""
         for env_id in env_ids:
             self.standins[env_id] = (failure, key)
+        if self.journal is not None:  # a new episode: the record no longer leads to where these envs are
+            self.journal.changed(env_ids)
         return Reset(env_ids, self.healing.fresh_seeds(env_ids), (None,) * len(env_ids))
 
     def send_due_resets(self, selection: Selection, actions: Any) -> tuple[Selection, Any]:
@@ -252,6 +256,8 @@ class Resumer:
         if not rebuilding:
             return reply
         ids = tuple(rebuilding)
+        if self.journal is not None:
+            self.journal.changed(ids)
         self._tracker.send_instead(Rebuild(ids, tuple(self._sources[i] for i in ids), healing.fresh_seeds(ids)), ids)
         answered = tuple(i for i in reply.env_ids if i not in rebuilding)
         return Reply(Step, answered, reply.values, tuple(kept), reply.info)
