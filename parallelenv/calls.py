@@ -41,6 +41,10 @@ class Step:
     # answered (see parallelenv.backends.subproc.countdown). The caller's choice,
     # stated with the call: a backend never guesses it from how it is waited on.
     awaited: bool = False
+    # None, or the env classes whose pickle the caller trusts: each host then takes its envs' states
+    # before it steps them, into the reply's ``states`` (lossless healing's snapshots, which so cost
+    # no call of their own: see parallelenv.state.journal).
+    snapshot: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,8 @@ class Reply:
     # did not take, and ``info_kinds`` the type each column's values had).
     info: dict[str, Any] | None = None
     info_kinds: Mapping[str, type] | None = None
+    # A snapshot step's: each env's state before the step, or why it could not be taken (Step.snapshot).
+    states: dict[int, Any] | None = None
 
     def failed_ids(self) -> list[int]:
         return [failure.env_index for failure in self.failures]
@@ -236,7 +242,7 @@ def split_call(call: Call, positions: list[int]) -> Call:
     """Keep only the envs at ``positions`` of ``call.env_ids``, with their per-env data."""
     env_ids = tuple(call.env_ids[p] for p in positions)
     if type(call) is Step:  # the hot path of k-of-n stepping: no dataclasses.replace machinery
-        return Step(env_ids, None if call.live is None else call.live[positions], call.awaited)
+        return Step(env_ids, None if call.live is None else call.live[positions], call.awaited, call.snapshot)
     per_env = per_env_fields(type(call))
     if not per_env:
         return dataclasses.replace(call, env_ids=env_ids)
@@ -280,4 +286,6 @@ def shifted(message: Message, offset: int) -> Message:
         changes["failures"] = tuple(
             dataclasses.replace(failure, env_index=failure.env_index + offset) for failure in message.failures
         )
+        if message.states is not None:
+            changes["states"] = {i + offset: state for i, state in message.states.items()}
     return dataclasses.replace(message, **changes)

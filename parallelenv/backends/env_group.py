@@ -39,7 +39,7 @@ from parallelenv.calls import (
     method_name,
 )
 from parallelenv.infos.keys import ENDED_STATE, RESET, RESET_INFO
-from parallelenv.state.capture import restore_env
+from parallelenv.state.capture import captured, restore_env
 
 # Observations are written in one assignment from the list of them when
 # their rows are a slice (a whole group's step): NumPy copies each into its
@@ -142,6 +142,8 @@ class EnvGroup:
         results = []
         failures: list[Failure] = []
         restart = self.restart
+        states = None if call.snapshot is None else {
+            env_id: captured(env, call.snapshot) for env_id, env in zip(ids, envs, strict=True)}
         if self._ended_since_cleared:  # until an env's episode ends, below; rows of others may stay set
             self._ended[rows] = False  # type: ignore[index]
             self._ended_since_cleared = type(rows) is not slice
@@ -173,7 +175,7 @@ class EnvGroup:
         else:
             # Most steps of most envs have no info: one C-level pass says so before any dict is built.
             values = {env_id: info for env_id, info in zip(ids, infos, strict=True) if info} if any(infos) else {}
-        return Reply(Step, call.env_ids, values, tuple(failures))
+        return Reply(Step, call.env_ids, values, tuple(failures), states=states)
 
     def _restarted(self, env_id: int, env: gym.Env, result: tuple) -> tuple:
         """The step result of an env that finished, reset in the same step ("restart").

@@ -221,6 +221,14 @@ def capture_env(env: Any, trusted: Iterable[str] = ()) -> EnvState:
     return EnvState(way, cls, data)
 
 
+def captured(env: Any, trusted: Iterable[str]) -> EnvState | str:
+    """``env``'s state, or why it cannot be taken (a snapshot taken with a step never fails the step)."""
+    try:
+        return capture_env(env, trusted)
+    except StateError as refused:
+        return str(refused)
+
+
 def restore_env(env: Any, state: EnvState) -> None:
     """Put ``state`` back into ``env`` (the same env, or another built the same way), in place."""
     if not isinstance(state, EnvState):

@@ -1,8 +1,10 @@
 """Lossless healing's record: each env's last snapshot and everything it was sent since.
 
-With ``ParallelEnv(snapshots=...)``, every ``every`` steps the envs with no
-call under way have their state taken (:meth:`Journal.snapshot_due`), and
-every step's actions and every reset are written down after it
+With ``ParallelEnv(snapshots=...)``, every ``every`` steps a step takes
+the state of its envs where they run, before stepping them, and its reply
+brings the states back (:attr:`~parallelenv.calls.Step.snapshot`: a snapshot
+costs no call of its own, and no wait but its hosts' time to take it).
+Every step's actions and every reset are written down as they are sent
 (:meth:`Journal.stepped`, :meth:`Journal.reset`). An env whose worker died is
 rebuilt, put back into its snapshot and replays its entries, the step under
 way last (:meth:`Journal.replay`): the caller sees what a run without the
@@ -21,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from parallelenv.batching import rows_reader
-from parallelenv.calls import Call, CallMethod, Replay
-from parallelenv.state.capture import capture_env, trusted_classes
+from parallelenv.calls import Replay
+from parallelenv.state.capture import trusted_classes
 
 DEFAULT_SNAPSHOT_EVERY = 100
 
@@ -35,30 +37,37 @@ class Journal:
         self.states: list[Any] = [None] * num_envs  # None: no snapshot to go back to
         self.refused: dict[int, str] = {}  # why an env's state could not be taken
         self._snapshot_at = [0] * num_envs  # where each env's entries start in _entries
+        self._sent_at: dict[int, int] = {}  # where the entries of each env's snapshot under way will start
         self._entries: list[tuple[str, np.ndarray, Any]] = []  # ("step", ids, actions) or ("reset", ids, call)
         self._first = 0  # the index of _entries[0] in the whole record
-        self._steps_since = every  # the first step takes the first snapshot
+        self._steps_since = every - 1  # the first step takes the first snapshot
 
-    def snapshot_due(self) -> bool:
-        return self._steps_since >= self.every
-
-    def took(self, env_ids: list[int], states: list[Any], refusals: dict[int, str]) -> None:
-        """The snapshot of ``env_ids``: their states (None where refused, and why)."""
-        end = self._first + len(self._entries)
-        for env_id, state in zip(env_ids, states, strict=True):
-            self.states[env_id] = state
-            self._snapshot_at[env_id] = end
-        self.refused.update(refusals)
-        for env_id in env_ids:
-            if env_id not in refusals:
-                self.refused.pop(env_id, None)
-        self._steps_since = 0
-        self._drop_unread()
-
-    def stepped(self, ids: np.ndarray, actions: Any) -> None:
-        """A step of the envs ``ids`` (in the order of ``actions``'s rows) was sent."""
+    def stepped(self, ids: np.ndarray, actions: Any) -> frozenset[str] | None:
+        """A step of the envs ``ids`` (in the order of ``actions``'s rows) is sent: the ``Step.snapshot``
+        it carries (the classes whose pickle this process trusts), or None where no snapshot is due."""
+        at = self._first + len(self._entries)
         self._entries.append(("step", ids.copy(), _copied(actions)))
         self._steps_since += 1
+        if self._steps_since < self.every:
+            return None
+        self._steps_since = 0
+        for env_id in ids.tolist():
+            self._sent_at[env_id] = at  # taken before this step: its entries start with it
+        return trusted_classes()
+
+    def took(self, states: dict[int, Any]) -> None:
+        """The states a snapshot step's reply brought (an env's is a str where it could not be taken)."""
+        for env_id, state in states.items():
+            at = self._sent_at.pop(env_id, None)
+            if at is None:  # changed since the step was sent
+                continue
+            if isinstance(state, str):
+                self.states[env_id], self.refused[env_id] = None, state
+            else:
+                self.states[env_id] = state
+                self.refused.pop(env_id, None)
+            self._snapshot_at[env_id] = at
+        self._drop_unread()
 
     def reset(self, ids: tuple[int, ...], seeds: tuple[Any, ...], options: tuple[Any, ...]) -> None:
         self._entries.append(("reset", np.array(ids, dtype=np.int64), (seeds, options)))
@@ -67,6 +76,7 @@ class Journal:
         """These envs were changed by a call the record cannot replay: no snapshot until the next."""
         for env_id in env_ids:
             self.states[env_id] = None
+            self._sent_at.pop(env_id, None)
 
     def replay(self, env_ids: list[int]) -> Replay:
         """The call that puts ``env_ids`` (each with a snapshot) back where they stand now: the last
@@ -114,15 +124,6 @@ def journal_for(snapshots: Any, num_envs: int, restarts_workers: bool) -> Journa
         raise ValueError("snapshots= serves healing, which restarts no worker here: pass "
                          "on_worker_failure='restart' (or recycle=) too")
     return Journal(num_envs, every)
-
-
-def snapshot_call(env_ids: tuple[int, ...]) -> CallMethod:
-    """The call that takes the state of ``env_ids`` where they run."""
-    return CallMethod(env_ids, capture_env, (trusted_classes(),) * len(env_ids))
-
-
-def is_snapshot(call: Call | None) -> bool:
-    return type(call) is CallMethod and call.name is capture_env
 
 
 def _copied(actions: Any) -> Any:

@@ -29,7 +29,7 @@ from parallelenv.infos.step_infos import NO_INFO, PendingInfos, StepInfo
 from parallelenv.policies import Policy
 from parallelenv.recycling import Recycler, Recycling
 from parallelenv.state.journal import Journal
-from parallelenv.tracking.ledger import IDLE, Ledger
+from parallelenv.tracking.ledger import Ledger
 from parallelenv.tracking.results import Outcome, Received, add_ended
 from parallelenv.tracking.resuming import Resumer
 
@@ -123,8 +123,6 @@ class InFlight:
         if ledger.num_pending or ledger.num_ready:
             self._require_idle(selection, "send to")
         actions = self.arrays.actions(actions, selection.count)
-        if self.journal is not None and self.journal.snapshot_due():
-            self.resumer.snapshot(self.select(np.flatnonzero(ledger.states() == IDLE)))  # type: ignore[union-attr]
         numbered = False  # numbered as it is dispatched, unless some of its envs answer otherwise
         live = None
         rows = self._rows_of_everyone if selection.everyone else self.arrays.rows(selection)
@@ -149,8 +147,7 @@ class InFlight:
                         return
                     rows = self.arrays.rows(selection)
                 live = None
-        if self.journal is not None:
-            self.journal.stepped(selection.ids, actions)
+        snapshot = None if self.journal is None else self.journal.stepped(selection.ids, actions)
         if self.resumer is not None and self.resumer.due:
             if not numbered:
                 ledger.number(selection)
@@ -160,10 +157,10 @@ class InFlight:
                 return
             rows = self.arrays.rows(selection)
         self.arrays.put_actions(self._buffers, rows, actions)
-        if selection.everyone and live is None:
+        if selection.everyone and live is None and snapshot is None:
             call = self.awaited_step_everyone if awaited else self.step_everyone
         else:
-            call = Step(selection.env_ids, live, awaited)
+            call = Step(selection.env_ids, live, awaited, snapshot)
         self._dispatch(call, selection, numbered)
 
     def recv(self, wait_num: int, deadline: float | None) -> Outcome:
@@ -371,6 +368,8 @@ class InFlight:
         self.policy.after_step(self.finished, index, done)
 
     def absorb(self, reply: Reply) -> None:
+        if reply.states is not None and self.journal is not None:  # first: a rebuild below outdates them
+            self.journal.took(reply.states)
         resumer = self.resumer
         if resumer is not None:
             if resumer.stands_in(reply):

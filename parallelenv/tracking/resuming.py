@@ -25,11 +25,12 @@ import numpy as np
 from parallelenv.array_kinds import Selection
 from parallelenv.backends.base import Backend
 from parallelenv.batching import take
-from parallelenv.calls import Call, Failure, Rebuild, Replay, Reply, Reset, Step, method_name, split_call
+from parallelenv.calls import Call, Failure, GetAttr, Rebuild, Replay, Reply, Reset, Step, method_name, split_call
 from parallelenv.errors import WorkerDiedError, WorkerTimeoutError
 from parallelenv.healing import ENV_ERROR, WORKER_DIED, WORKER_HUNG, WORKER_RECYCLED, Healing, SurvivedFailure
 from parallelenv.infos.keys import ENV_RESTARTED, FAILURE, WORKER_RESTARTED
-from parallelenv.state.journal import Journal, is_snapshot, snapshot_call
+from parallelenv.state.capture import capture_env
+from parallelenv.state.journal import Journal
 
 # Where a rebuilt env was put back into its snapshot, standing in for "worker_restarted": no info key is
 # set, the step's own infos are handed over (a due or stand-in entry's marker, never a key the caller sees).
@@ -44,7 +45,6 @@ class Tracker(Protocol):
 
     def select(self, ids: np.ndarray | None) -> Selection: ...
     def pending_among(self, ids: np.ndarray) -> np.ndarray: ...
-    def run(self, call: Call, selection: Selection) -> Any: ...
     def send_new(self, call: Call, selection: Selection) -> None: ...
     def send_instead(self, call: Call, env_ids: tuple[int, ...]) -> None: ...
     def abandon(self, env_ids: np.ndarray) -> None: ...
@@ -92,12 +92,11 @@ class Resumer:
             return []
         ids = np.array(sorted(rebuilt), dtype=np.int64)
         pending = self._tracker.pending_among(ids)
-        snapshotting = is_snapshot(sync_call)
         # A step sent earlier (send(), then another call) is still under way
         # beside the call run() has under way: each is answered as its own kind.
         in_call = np.isin(pending, sync_call.env_ids) if sync_call is not None else np.zeros(len(pending), bool)
         stepping, calling = pending[~in_call], pending[in_call]
-        idle = np.setdiff1d(ids, stepping if snapshotting else pending)  # a lost snapshot: as if idle
+        idle = np.setdiff1d(ids, pending)
         journal = self.journal
         if journal is not None:  # a worker lost again while it replayed: the replay may be what kills it
             journal.changed(tuple(i for i in stepping.tolist() if self.standins.get(i, ("", ""))[1] == RESTORED))
@@ -114,9 +113,7 @@ class Resumer:
         resetting = tuple(i for i in stepping.tolist() if i not in restored)
         if resetting:
             self._tracker.send_instead(self._stand_in(resetting, failure, WORKER_RESTARTED), resetting)
-        if snapshotting:  # a snapshot's answer is not the caller's: its envs go on from their last one
-            self._tracker.abandon(calling)
-        if not calling.size or snapshotting:
+        if not calling.size:
             return []
         assert sync_call is not None
         if type(sync_call) is Reset:
@@ -172,17 +169,8 @@ class Resumer:
             self.forget_due(call.env_ids)
             if journal is not None:
                 journal.reset(call.env_ids, tuple(call.seeds), tuple(call.options))
-        elif journal is not None and not is_snapshot(call):
+        elif journal is not None and type(call) is not GetAttr and getattr(call, "name", None) is not capture_env:
             journal.changed(call.env_ids)
-
-    def snapshot(self, idle: Selection) -> None:
-        """Take the state of the envs of ``idle`` (none with a call under way) for the record."""
-        assert self.journal is not None
-        outcome = self._tracker.run(snapshot_call(idle.env_ids), idle)
-        lost = set(self.due) | set(self.standins)  # their worker died meanwhile: their old snapshot stands
-        refusals = {f.env_index: f.message for f in outcome.failures if f.env_index not in lost}
-        taken = [i for i in idle.env_ids if i not in lost]
-        self.journal.took(taken, [outcome.values.get(i) for i in taken], refusals)
 
     def _stand_in(self, env_ids: tuple[int, ...], failure: SurvivedFailure, key: str) -> Reset:
         """The reset of rebuilt envs, with fresh seeds, whose reply answers their step (see

@@ -172,7 +172,7 @@ class SubprocBackend:
         # parent more wake-ups. The countdown is the backend's, one step at a time.
         pipes, counted_steps = self.pipes, self.counted
         counted = (self._counts_steps and type(call) is Step and call.awaited and call.env_ids == self.all_ids
-                   and not pipes.in_flight and not counted_steps.in_flight)
+                   and call.snapshot is None and not pipes.in_flight and not counted_steps.in_flight)
         if counted and not self._telling_columns and self._announces_steps:
             for worker in counted_steps.dispatch(self.buffers.obs_slot):
                 self._not_sent(worker)
@@ -234,7 +234,7 @@ class SubprocBackend:
         self._telling_columns = True
 
     def _route(self, call: Call) -> list[tuple[Worker, Call]]:
-        if type(call) is Step and call.env_ids == self.all_ids:
+        if type(call) is Step and call.env_ids == self.all_ids and call.snapshot is None and call.live is None:
             return self._group_steps
         return [(self._workers[group], group_call) for group, group_call in self._groups.split(call)]
 

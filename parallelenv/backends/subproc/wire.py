@@ -93,14 +93,15 @@ def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, bu
     obs_slot = 0 if buffers is None else buffers.obs_slot
     private = buffers is not None and buffers.private_actions
     is_step = type(call) is Step
-    if is_step and not private and call.live is None and call.env_ids == group_ids:
+    plain = is_step and call.snapshot is None  # a snapshot step travels whole: its trusted classes with it
+    if plain and not private and call.live is None and call.env_ids == group_ids:
         return (_COUNTED_GROUP_STEPS if counted else _GROUP_STEPS)[obs_slot]
-    if counted and not (is_step and call.live is None and call.env_ids == group_ids):
+    if counted and not (plain and call.live is None and call.env_ids == group_ids):
         # The worker would answer on its pipe, and the parent wait on the countdown for it.
         raise ValueError(f"only a step of a worker's whole group can be counted, not {call!r}")
     if is_step and private:
         message = (COUNTED_STEP_WITH_ROWS if counted else STEP_WITH_ROWS).encode(call, buffers)
-    elif is_step and call.live is None:
+    elif plain and call.live is None:
         message = STEP_OF_SOME.encode(call.env_ids)
     else:
         message = CALL.encode(call)
@@ -305,7 +306,8 @@ def unreadable(exc: BaseException) -> bytes:
 def encode_reply(reply: Reply, buffers: Buffers | None = None) -> bytes:
     """``reply`` as the parent reads it; one that leaves results brings its envs' rows of ``buffers``' private parts."""
     private = buffers.private_obs if buffers is not None else None
-    if reply.call_type is Step and not reply.values and not reply.failures and reply.info is None and not private:
+    if reply.call_type is Step and not reply.values and not reply.failures and reply.info is None and not private \
+            and reply.states is None:
         return QUIET
     if private and reply.call_type not in NO_RESULT_CALLS:
         return DONE_WITH_ROWS.encode(WithRows(reply, reply.env_ids, read_private_rows(private, reply.env_ids)))
