@@ -96,7 +96,7 @@ class ParallelEnv(EnvCalls, EnvStates):
         recycle: a :class:`~parallelenv.Recycling`: replace workers on purpose after a number of
             steps, an age, or a resident-memory limit (leaky simulators), envs cut as when rebuilt.
         snapshots: with a restart above, take every env's state every this many steps (True: 100) and
-            keep the steps since: a rebuilt env goes on from there instead of a new episode (:doc:`/guide/env-state`).
+            keep the steps since: a rebuilt env goes on from there instead of a new episode (:ref:`env-state-healing`).
         **backend_options: passed to the backend (``num_workers``,
             ``start_method`` for ``"subproc"``).
 

@@ -6,7 +6,8 @@ before that hurts, the way ``multiprocessing.Pool(maxtasksperchild=...)``
 does: at a point where none of its envs has a call under way (after a step
 is handed over), the worker is stopped and a new one started with its envs
 rebuilt from their factories. Each of those envs is cut as healing cuts a
-rebuilt env: its next step answers with its new episode's first obs,
+rebuilt env (with ``ParallelEnv(snapshots=...)``, it goes on from its
+snapshot instead, see :mod:`parallelenv.state.journal`): its next step answers with its new episode's first obs,
 ``truncated=True`` and ``info["worker_restarted"]``, and the replacement is
 logged in ``penv.failures`` with ``kind="worker recycled"``
 (``healing.WORKER_RECYCLED``). Recycling spends none of the restart budget,
