@@ -314,3 +314,45 @@ def test_the_examples_of_the_docstrings_run(module):
 
     failed, tried = doctest.testmod(importlib.import_module(module))
     assert tried and not failed
+
+
+# ------------------------------------------------------------------ a VecWorker's collection
+
+
+def lean_left(obs: np.ndarray) -> np.ndarray:
+    return (obs[:, 2] > 0).astype(np.int64)
+
+
+@pytest.mark.parametrize("then_mode", ["dummy", "subproc"])
+@pytest.mark.parametrize("collect", ["steps", "episodes"])
+def test_a_vec_workers_collection_resumes_where_it_was_saved(tmp_path, then_mode, collect):
+    """Saved between two calls, loaded on another backend with the same agent: the next call collects
+    what the saved worker would have, returns and lengths of the episodes in flight included."""
+    from parallelenv.rollout import VecWorker
+
+    assert check_state(cartpole, steps=10)
+    penv = ParallelEnv([cartpole] * 4, para_mode="subproc", num_workers=2, asynchronous="restart")
+    with VecWorker(penv, lean_left, seed=3, max_episode_length=30) as worker:
+        worker.collect(45) if collect == "steps" else worker.collect_episodes(3)
+        worker.save(tmp_path / "worker.pkl")
+        expected = worker.collect(60) if collect == "steps" else worker.collect_episodes(5)
+    with VecWorker.load(tmp_path / "worker.pkl", lean_left, para_mode=then_mode) as resumed:
+        assert resumed.max_episode_length == 30 and resumed.penv.para_mode == then_mode
+        got = resumed.collect(60) if collect == "steps" else resumed.collect_episodes(5)
+    names = ("obs", "action", "reward", "terminated", "truncated", "next_obs", "episode_returns",
+             "episode_lengths") if collect == "steps" else (
+             "env_ids", "lengths", "returns", "observations", "actions", "rewards", "terminations", "truncations",
+             "last_observations")
+    for name in names:
+        np.testing.assert_array_equal(getattr(got, name), getattr(expected, name), err_msg=name)
+
+
+def test_a_file_of_another_kind_is_not_a_vec_workers(tmp_path):
+    from parallelenv.rollout import VecWorker
+
+    assert check_state(cartpole, steps=10)
+    with ParallelEnv([cartpole] * 2) as penv:
+        penv.reset(seed=0)
+        penv.save(tmp_path / "penv.pkl")
+    with pytest.raises(ValueError, match="not a file VecWorker.save"):
+        VecWorker.load(tmp_path / "penv.pkl", lean_left)

@@ -15,13 +15,14 @@ from parallelenv.parallel_env import ParallelEnv
 from parallelenv.rollout.agent import agent_actions, updated_agent
 from parallelenv.rollout.episode_record import EpisodeRecord
 from parallelenv.rollout.overlap import CollectsOverlapped
+from parallelenv.rollout.saving import SavesCollections
 from parallelenv.rollout.settling import Settled, Settler
 from parallelenv.rollout.trajectories import EpisodeBatch, StepFields, Transitions
 
 OUTPUTS = ("auto", "numpy", "torch")
 
 
-class VecWorker(CollectsOverlapped):
+class VecWorker(CollectsOverlapped, SavesCollections):
     """Runs an agent on a ParallelEnv and hands back transitions or whole episodes.
 
     Args:

@@ -91,6 +91,10 @@ class EnvStates:
 
         Call it between steps: with results waiting for recv, or a rebuilt env's new episode still
         due, it raises (step or recv once more first)."""
+        write_at_once(path, self.saved())
+
+    def saved(self) -> dict[str, Any]:
+        """What :meth:`save` writes, as a picklable dict (a VecWorker's save holds it with its own)."""
         resumer = self._calls.resumer
         if resumer is not None and resumer.due:
             raise RuntimeError(f"envs {sorted(resumer.due)} were rebuilt and their new episode is due at the next "
@@ -101,7 +105,7 @@ class EnvStates:
             factories = cloudpickle.dumps(self._given_envs)
         except Exception:  # noqa: BLE001  (whatever stops a pickle: load() then takes the envs again)
             factories = None
-        saved = {
+        return {
             "format": SAVE_FORMAT,
             "num_envs": self.num_envs,
             "para_mode": self.para_mode,
@@ -110,10 +114,6 @@ class EnvStates:
             "finished": np.asarray(finished.cpu() if hasattr(finished, "cpu") else finished, dtype=bool),
             "factories": factories,
         }
-        folder = os.path.dirname(os.path.abspath(path))
-        with tempfile.NamedTemporaryFile("wb", dir=folder, delete=False, suffix=".partial") as file:
-            cloudpickle.dump(saved, file)
-        os.replace(file.name, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], envs: Any = None, para_mode: str | None = None,
@@ -125,10 +125,12 @@ class EnvStates:
 
         Only load files you trust: like any pickle, the file runs code as it loads.
         """
-        with open(path, "rb") as file:
-            saved = cloudpickle.load(file)
-        if not isinstance(saved, dict) or saved.get("format") != SAVE_FORMAT:
-            raise ValueError(f"{os.fspath(path)!r} is not a file ParallelEnv.save() wrote (format {SAVE_FORMAT})")
+        saved = read_saved(path, "format", "ParallelEnv.save()")
+        return cls.resumed(saved, envs, para_mode, **options)
+
+    @classmethod
+    def resumed(cls, saved: dict[str, Any], envs: Any = None, para_mode: str | None = None, **options: Any) -> Any:
+        """:meth:`load` of what :meth:`saved` returned."""
         if envs is None:
             if saved["factories"] is None:
                 raise ValueError("the saved envs' factories did not pickle: pass envs= as when it was built")
@@ -147,3 +149,20 @@ class EnvStates:
             penv.close()
             raise
         return penv
+
+
+def write_at_once(path: str | os.PathLike[str], saved: Any) -> None:
+    """Pickle ``saved`` to ``path`` through a file beside it, renamed over it whole at the end."""
+    folder = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile("wb", dir=folder, delete=False, suffix=".partial") as file:
+        cloudpickle.dump(saved, file)
+    os.replace(file.name, path)
+
+
+def read_saved(path: str | os.PathLike[str], key: str, writer: str) -> dict[str, Any]:
+    """The dict a save wrote to ``path``, checked to hold ``key`` of this format."""
+    with open(path, "rb") as file:
+        saved = cloudpickle.load(file)
+    if not isinstance(saved, dict) or saved.get(key) != SAVE_FORMAT:
+        raise ValueError(f"{os.fspath(path)!r} is not a file {writer} wrote (format {SAVE_FORMAT})")
+    return saved
