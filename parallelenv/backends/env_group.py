@@ -11,6 +11,7 @@ reported in it, and the call still runs on every other env it names.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -131,6 +132,8 @@ class EnvGroup:
         return Reply(Reset, call.env_ids, infos, tuple(failures))
 
     def _step(self, call: Step) -> Reply:
+        if call.snapshot is not None:
+            return self._snapshot_and_step(call)
         ids = call.env_ids
         if ids == self.all_ids:
             rows: slice | list[int] = self._all_rows
@@ -142,8 +145,6 @@ class EnvGroup:
         results = []
         failures: list[Failure] = []
         restart = self.restart
-        states = None if call.snapshot is None else {
-            env_id: captured(env, call.snapshot) for env_id, env in zip(ids, envs, strict=True)}
         if self._ended_since_cleared:  # until an env's episode ends, below; rows of others may stay set
             self._ended[rows] = False  # type: ignore[index]
             self._ended_since_cleared = type(rows) is not slice
@@ -175,7 +176,13 @@ class EnvGroup:
         else:
             # Most steps of most envs have no info: one C-level pass says so before any dict is built.
             values = {env_id: info for env_id, info in zip(ids, infos, strict=True) if info} if any(infos) else {}
-        return Reply(Step, call.env_ids, values, tuple(failures), states=states)
+        return Reply(Step, call.env_ids, values, tuple(failures))
+
+    def _snapshot_and_step(self, call: Step) -> Reply:
+        """Each env's state before it steps (lossless healing's snapshot, see Step.snapshot), in the reply."""
+        assert call.snapshot is not None
+        states = {env_id: captured(self._env(env_id), call.snapshot) for env_id in call.env_ids}
+        return dataclasses.replace(self._step(dataclasses.replace(call, snapshot=None)), states=states)
 
     def _restarted(self, env_id: int, env: gym.Env, result: tuple) -> tuple:
         """The step result of an env that finished, reset in the same step ("restart").

@@ -368,7 +368,7 @@ class InFlight:
         self.policy.after_step(self.finished, index, done)
 
     def absorb(self, reply: Reply) -> None:
-        if reply.states is not None and self.journal is not None:  # first: a rebuild below outdates them
+        if self.journal is not None and reply.states is not None:  # first: a rebuild below outdates them
             self.journal.took(reply.states)
         resumer = self.resumer
         if resumer is not None:
