@@ -92,14 +92,13 @@ def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, bu
     """
     obs_slot = 0 if buffers is None else buffers.obs_slot
     private = buffers is not None and buffers.private_actions
-    is_step = type(call) is Step
-    plain = is_step and call.snapshot is None  # a snapshot step travels whole: its trusted classes with it
+    plain = type(call) is Step and call.snapshot is None  # a snapshot step travels whole (Step.snapshot)
     if plain and not private and call.live is None and call.env_ids == group_ids:
         return (_COUNTED_GROUP_STEPS if counted else _GROUP_STEPS)[obs_slot]
     if counted and not (plain and call.live is None and call.env_ids == group_ids):
         # The worker would answer on its pipe, and the parent wait on the countdown for it.
         raise ValueError(f"only a step of a worker's whole group can be counted, not {call!r}")
-    if is_step and private:
+    if type(call) is Step and private:
         message = (COUNTED_STEP_WITH_ROWS if counted else STEP_WITH_ROWS).encode(call, buffers)
     elif plain and call.live is None:
         message = STEP_OF_SOME.encode(call.env_ids)
