@@ -411,3 +411,40 @@ def test_every_python_block_of_the_guide_page_runs(no_leaks):
 if __name__ == "__main__":
     if sys.argv[1] == "multinode":
         multinode()
+
+
+# ------------------------------------------------------------------ saved and resumed
+
+
+@pytest.mark.timeout(240)
+def test_a_pools_collections_resume_where_they_were_saved(pool_backend, tmp_path):
+    """Saved between two calls, a new pool of the saved workers (in other processes) collects what the
+    first would have: every env's state, the agents' current observations and episode sums came back."""
+    from parallelenv import check_state
+
+    envs, policy = envs_of(), make_policy()
+    assert check_state(envs[0], steps=10)  # CountingEnv's state is its pickle, checked here
+    with RolloutPool(envs, policy, num_workers=2, backend=pool_backend, seed=SEED) as pool:
+        pool.obtain_samples(0, num_samples=20)
+        pool.save(tmp_path / "pool.pkl")
+        expected = pool.obtain_samples(1, num_samples=24)
+    with RolloutPool.load(tmp_path / "pool.pkl", make_policy(), backend=pool_backend, seed=SEED) as resumed:
+        assert resumed.num_workers == 2
+        got = resumed.obtain_samples(0, num_samples=24)
+    for part, want in zip(got.parts, expected.parts, strict=True):
+        assert part.env_ids == want.env_ids
+        assert_same(part.data, want.data)
+        np.testing.assert_array_equal(part.data.episode_lengths, want.data.episode_lengths)
+
+
+def test_a_pool_loads_only_its_own_kind_of_file(tmp_path, no_leaks):
+    from parallelenv import check_state
+    from parallelenv.rollout import VecWorker
+
+    assert check_state(counting(0, 3), steps=5)
+
+    with VecWorker(ParallelEnv([counting(0, 3)], asynchronous="restart"), lambda obs: np.zeros(len(obs), int)) as vec:
+        vec.collect(2)
+        vec.save(tmp_path / "worker.pkl")
+    with pytest.raises(ValueError, match="not a file RolloutPool.save"):
+        RolloutPool.load(tmp_path / "worker.pkl", make_policy())

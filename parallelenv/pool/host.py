@@ -23,6 +23,9 @@ from parallelenv.pool.messages import (
     Collect,
     CollectEpisodes,
     Failed,
+    ResumeCollection,
+    SaveCollection,
+    Saved,
     SetWeights,
     Start,
     Started,
@@ -125,6 +128,26 @@ class WorkerHost:
                 episodes.append(batch)
                 count += len(batch)
         return Chunk(self.version, _first_episodes(episodes, request.num_episodes))
+
+    @_serve.register
+    def _save(self, request: SaveCollection, payload: Any) -> WorkerReply:
+        from parallelenv.state.capture import trust
+
+        for env_class in request.trusted:
+            trust(env_class)
+        return Saved(cloudpickle.dumps(self._vec.saved()))
+
+    @_serve.register
+    def _resume(self, request: ResumeCollection, payload: Any) -> WorkerReply:
+        from parallelenv.rollout import VecWorker
+
+        spec = self.spec
+        sources = [cloudpickle.loads(p) for p in spec.env_payloads]
+        resumed = VecWorker.resumed(cloudpickle.loads(request.saved), self._vec.policy, sources, spec.para_mode,
+                                    **spec.penv_options)
+        self._vec.shutdown()
+        self._vec, self._begun = resumed, True
+        return Applied(self.version)
 
     @_serve.register
     def _close(self, request: Close, payload: Any) -> WorkerReply:

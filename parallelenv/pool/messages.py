@@ -75,7 +75,22 @@ class Close:
     """Close the envs and end."""
 
 
-Request = Start | SetWeights | UpdateEnvs | Collect | CollectEpisodes | Close
+@dataclass(frozen=True)
+class SaveCollection:
+    """The worker's collection in progress (``VecWorker.saved``); ``trusted``: the env classes whose pickle
+    the pool's process has checked (the worker's own process has checked none)."""
+
+    trusted: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ResumeCollection:
+    """Go on from ``saved``, what a SaveCollection gave: the worker's VecWorker is built again from it."""
+
+    saved: bytes
+
+
+Request = Start | SetWeights | UpdateEnvs | Collect | CollectEpisodes | Close | SaveCollection | ResumeCollection
 
 
 # ---------------------------------------------------------------- replies
@@ -119,7 +134,14 @@ class Died:
     reason: str
 
 
-WorkerReply = Started | Applied | Chunk | Failed | Died
+@dataclass(frozen=True)
+class Saved:
+    """What a SaveCollection asked for: the VecWorker's saved dict, pickled."""
+
+    data: bytes
+
+
+WorkerReply = Started | Applied | Chunk | Failed | Died | Saved
 
 
 @dataclass
@@ -142,4 +164,6 @@ def describe(request: Request) -> str:
         return f"loading the weights of version {request.version}"
     if isinstance(request, UpdateEnvs):
         return "updating its envs"
+    if isinstance(request, (SaveCollection, ResumeCollection)):
+        return "saving its collection" if isinstance(request, SaveCollection) else "resuming a saved collection"
     return "building its envs and policy" if isinstance(request, Start) else "closing"

@@ -32,6 +32,7 @@ from parallelenv.pool.messages import (
     Died,
     Failed,
     Request,
+    Saved,
     Sent,
     SetWeights,
     Start,
@@ -42,6 +43,7 @@ from parallelenv.pool.messages import (
     describe,
 )
 from parallelenv.pool.samples import Collected, LostWork, Samples
+from parallelenv.pool.saving import SavesPool
 from parallelenv.pool.weights import check_update, pickle_policy, state_arrays
 from parallelenv.rollout.trajectories import Transitions
 from parallelenv.serialised import close_at_exit
@@ -63,7 +65,7 @@ class _Slot:
     env_updates: list[UpdateEnvs] = field(default_factory=list)  # replayed, in order, by a replacement
 
 
-class RolloutPool:
+class RolloutPool(SavesPool):
     """Workers that each run a :class:`~parallelenv.rollout.VecWorker`, with garage's sampler calls.
 
     Args:
@@ -369,6 +371,8 @@ class RolloutPool:
         elif isinstance(reply, Chunk):
             slot.version = reply.policy_version
             self._ready.append((sent.call, Collected(slot.index, reply.policy_version, slot.env_ids, reply.data)))
+        elif isinstance(reply, Saved):
+            self._ready.append((sent.call, Collected(slot.index, slot.version, slot.env_ids, reply.data)))
 
     def _replace(self, slot: _Slot, reason: str, kind: str) -> None:
         """A new worker in the dead one's place, with fresh seeds and the current weights; what the

@@ -32,9 +32,13 @@ class SavesCollections:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the collection in progress to ``path`` at once (between two calls: a step of the
         ParallelEnv still under way raises, as ``ParallelEnv.save`` does); :meth:`load` resumes it."""
+        write_at_once(path, self.saved())
+
+    def saved(self) -> dict[str, Any]:
+        """What :meth:`save` writes, as a picklable dict (a pool worker sends it to its pool)."""
         settings = {name: getattr(self, name) for name in
                     ("max_episode_length", "output", "device", "seed", "worker_number", "overlap")}
-        write_at_once(path, {
+        return {
             WORKER_FORMAT: SAVE_FORMAT,
             "penv": self.penv.saved(),
             "settings": settings,
@@ -42,7 +46,7 @@ class SavesCollections:
                          ("_obs", "_step_count", "_env_is_torch", "_env_device", "_record")},
             "returns": self._settler.returns,
             "lengths": self._settler.lengths,
-        })
+        }
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], policy: Any, envs: Any = None, para_mode: str | None = None,
@@ -50,7 +54,12 @@ class SavesCollections:
         """The worker :meth:`save` wrote to ``path``, with the agent ``policy`` (an agent is the caller's:
         its parameters are not in the file), its ParallelEnv built as ``ParallelEnv.load`` builds it from
         ``envs``, ``para_mode`` and ``options``. Its next call goes on where the saved worker stood."""
-        saved = read_saved(path, WORKER_FORMAT, "VecWorker.save()")
+        return cls.resumed(read_saved(path, WORKER_FORMAT, "VecWorker.save()"), policy, envs, para_mode, **options)
+
+    @classmethod
+    def resumed(cls, saved: dict[str, Any], policy: Any, envs: Any = None, para_mode: str | None = None,
+                **options: Any) -> Any:
+        """:meth:`load` of what :meth:`saved` returned."""
         penv = ParallelEnv.resumed(saved["penv"], envs, para_mode, **options)
         try:
             worker = cls(penv, policy, **saved["settings"])  # type: ignore[call-arg]
