@@ -100,3 +100,22 @@ def test_snapshots_need_a_restart_and_a_cadence():
     for bad in (0, -3, 2.5, "often"):
         with pytest.raises(ValueError, match="snapshots="):
             ParallelEnv([lambda: Walker()], para_mode="subproc", on_worker_failure="restart", snapshots=bad)
+
+
+def test_the_record_stays_within_a_few_cadences_whatever_the_envs_do():
+    """Env 1 is never stepped (finished and idle, say): it loses its snapshot rather than have the
+    record grow; env 0, snapshotted every 10 steps, keeps its own."""
+    from parallelenv.state.journal import KEPT_CADENCES, Journal
+
+    journal = Journal(2, every=10)
+    assert journal.stepped(np.array([0, 1]), np.array([-1, -1])) is not None  # the first step snapshots both
+    journal.took({0: ("state at", -1), 1: ("state at", -1)})
+    assert journal.can_replay(1)
+    for step in range(1000):
+        snapshot = journal.stepped(np.array([0]), np.array([step]))
+        if snapshot is not None:
+            journal.took({0: ("state at", step)})  # the reply of that step (a str would be a refusal)
+    assert len(journal._entries) <= (KEPT_CADENCES + 1) * 10
+    assert journal.can_replay(0) and not journal.can_replay(1)
+    replay = journal.replay([0])
+    assert replay.states == (("state at", 999),) and [e[1] for e in replay.entries[0]] == [999]

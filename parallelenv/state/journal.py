@@ -9,8 +9,10 @@ Every step's actions and every reset are written down as they are sent
 rebuilt, put back into its snapshot and replays its entries, the step under
 way last (:meth:`Journal.replay`): the caller sees what a run without the
 fault would have shown. The record of an env is dropped at each of its
-snapshots, so it holds at most ``every`` steps (more only while an env
-has calls under way through a snapshot). An env whose state cannot be taken
+snapshots, so it holds about ``every`` steps; an env that no snapshot step
+reaches for :data:`KEPT_CADENCES` cadences (finished and idle, or stepped
+alone by ``send`` elsewhere) loses its snapshot instead of holding the
+record longer. An env whose state cannot be taken
 (its error is kept in ``refused``), or that a call changed since
 (``set_env_attr``, a method, a replacement), is rebuilt and reset as
 without snapshots until its next snapshot.
@@ -27,6 +29,8 @@ from parallelenv.calls import Replay
 from parallelenv.state.capture import trusted_classes
 
 DEFAULT_SNAPSHOT_EVERY = 100
+# How many cadences of entries the record keeps for an env that no snapshot step has reached since.
+KEPT_CADENCES = 3
 
 
 class Journal:
@@ -53,6 +57,7 @@ class Journal:
         self._steps_since = 0
         for env_id in ids.tolist():
             self._sent_at[env_id] = at  # taken before this step: its entries start with it
+        self._give_up_before(at - KEPT_CADENCES * self.every)
         return trusted_classes()
 
     def took(self, states: dict[int, Any]) -> None:
@@ -103,6 +108,13 @@ class Journal:
                 seeds, options = data
                 found.append(("reset", seeds[position], options[position]))
         return found
+
+    def _give_up_before(self, oldest: int) -> None:
+        """The envs whose entries start before ``oldest``: no snapshot (a reset on a failure), no entries."""
+        for env_id, at in enumerate(self._snapshot_at):
+            if at < oldest:
+                self.states[env_id], self._snapshot_at[env_id] = None, oldest
+        self._drop_unread()
 
     def _drop_unread(self) -> None:
         """Forget the entries that precede every env's snapshot."""
