@@ -98,6 +98,12 @@ class Healing:
         last = self.failures[-1]
         self.failures[-1] = dataclasses.replace(last, env_ids=tuple(sorted(set(env_ids) | set(last.env_ids))))
 
+    def name_restored(self, failure: SurvivedFailure, env_ids: list[int]) -> SurvivedFailure:
+        """Let ``failure`` (logged) name the envs put back into their snapshot for it; the entry as it is now."""
+        named = dataclasses.replace(failure, restored=tuple(sorted(env_ids)))
+        self.failures[next(k for k in range(len(self.failures) - 1, -1, -1) if self.failures[k] is failure)] = named
+        return named
+
     def over_budget(self, env_ids: list[int], reason: str) -> WorkerDiedError:
         return WorkerDiedError(
             env_ids,

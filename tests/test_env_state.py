@@ -243,7 +243,8 @@ def test_bad_states_are_refused_with_a_clear_error(make_penv):
         check_state(walker, steps=0)
 
 
-def test_an_env_of_no_known_way_is_named_in_the_error():
+def test_an_env_of_no_known_way_is_named_in_the_error(monkeypatch):
+    monkeypatch.setattr(capture, "_TRUSTED_PICKLES", set())  # another test of this process may have trusted it
     env = CountingEnv()
     with pytest.raises(StateError, match=r"tests?\.?.*CountingEnv has no get_state|CountingEnv has no get_state"):
         capture.capture_env(env, trusted=())
@@ -252,17 +253,23 @@ def test_an_env_of_no_known_way_is_named_in_the_error():
 # ------------------------------------------------------------------ save and load
 
 
+def saved_halfway(penv: Any, path: Any, steps: int) -> tuple[list[Any], list[tuple[np.ndarray, ...]]]:
+    """Random actions for ``steps`` steps from a seeded reset, the run saved to ``path`` halfway: the
+    actions, and the second half's results."""
+    penv.reset(seed=0)
+    penv.action_space.seed(3)
+    actions = [penv.action_space.sample() for _ in range(steps)]
+    play(penv, actions[: steps // 2])
+    penv.save(path)
+    return actions, play(penv, actions[steps // 2:])
+
+
 def uninterrupted_and_resumed(tmp_path: Any, first_mode: str, then_mode: str, **options: Any) -> None:
     assert check_state(cartpole, steps=10)
     envs = [cartpole] * 4
     options = {"asynchronous": "restart", **options}
     with ParallelEnv(envs, para_mode=first_mode, **options) as penv:
-        penv.reset(seed=0)
-        penv.action_space.seed(3)
-        actions = [penv.action_space.sample() for _ in range(1000)]
-        play(penv, actions[:500])
-        penv.save(tmp_path / "run.pkl")
-        uninterrupted = play(penv, actions[500:])
+        actions, uninterrupted = saved_halfway(penv, tmp_path / "run.pkl", 1000)
     with ParallelEnv.load(tmp_path / "run.pkl", para_mode=then_mode) as resumed:
         assert resumed.asynchronous == "restart" and resumed.para_mode == then_mode
         assert_same(uninterrupted, play(resumed, actions[500:]))
@@ -356,3 +363,18 @@ def test_a_file_of_another_kind_is_not_a_vec_workers(tmp_path):
         penv.save(tmp_path / "penv.pkl")
     with pytest.raises(ValueError, match="not a file VecWorker.save"):
         VecWorker.load(tmp_path / "penv.pkl", lean_left)
+
+
+def test_a_tensor_run_saved_resumes_exactly(tmp_path):
+    pytest.importorskip("torch")
+    with ParallelEnv.make("CartPole-v1", num_envs=NUM_ENVS, para_mode="tensor", device="cpu",
+                          asynchronous="restart") as penv:
+        actions, uninterrupted = saved_halfway(penv, tmp_path / "tensor.pkl", 200)
+    with pytest.raises(ValueError, match="did not travel in the file .a TensorEnv"):
+        ParallelEnv.load(tmp_path / "tensor.pkl")
+    from parallelenv.envs import make_tensor_env
+
+    with ParallelEnv.load(tmp_path / "tensor.pkl", envs=make_tensor_env("CartPole-v1", NUM_ENVS, device="cpu")) \
+            as resumed:
+        assert resumed.para_mode == "tensor"
+        assert_same(uninterrupted, play(resumed, actions[100:]))

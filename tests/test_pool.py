@@ -448,3 +448,22 @@ def test_a_pool_loads_only_its_own_kind_of_file(tmp_path, no_leaks):
         vec.save(tmp_path / "worker.pkl")
     with pytest.raises(ValueError, match="not a file RolloutPool.save"):
         RolloutPool.load(tmp_path / "worker.pkl", make_policy())
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_lost_as_the_pool_saves_is_replaced_and_the_save_completes(tmp_path, no_leaks):
+    """The replacement serves the save its predecessor never answered; the call does not wait forever."""
+    import os
+    import signal
+
+    from parallelenv import check_state
+
+    envs = envs_of()
+    assert check_state(envs[0], steps=10)
+    with RolloutPool(envs, make_policy(), num_workers=2, backend="processes", seed=SEED) as pool:
+        pool.obtain_samples(0, num_samples=8)
+        os.kill(pool.pids()[1], signal.SIGKILL)
+        pool.save(tmp_path / "pool.pkl")
+        assert [f.env_ids for f in pool.failures] == [(2, 3)]
+    with RolloutPool.load(tmp_path / "pool.pkl", make_policy(), backend="processes", seed=SEED) as resumed:
+        assert resumed.obtain_samples(0, num_samples=8).transitions().obs.shape == (2, 4, 4)

@@ -91,6 +91,9 @@ class ResumeCollection:
 
 
 Request = Start | SetWeights | UpdateEnvs | Collect | CollectEpisodes | Close | SaveCollection | ResumeCollection
+# What a replacement serves again in place of the worker it replaces: the work the pool waits for, and a
+# save or resume under way (the call waiting on it would otherwise wait forever).
+SERVED_AGAIN = (Collect, CollectEpisodes, SaveCollection, ResumeCollection)
 
 
 # ---------------------------------------------------------------- replies

@@ -25,6 +25,7 @@ from parallelenv.healing import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW_S, 
 from parallelenv.pool.checks import check_arguments, check_count, make_fleet
 from parallelenv.pool.errors import PoolWorkerError
 from parallelenv.pool.messages import (
+    SERVED_AGAIN,
     Applied,
     Chunk,
     Collect,
@@ -376,7 +377,7 @@ class RolloutPool(SavesPool):
 
     def _replace(self, slot: _Slot, reason: str, kind: str) -> None:
         """A new worker in the dead one's place, with fresh seeds and the current weights; what the
-        dead one was collecting is logged as lost and asked of the new one."""
+        dead one was collecting is logged as lost and asked of the new one, a save or resume under way too."""
         what = f"worker {slot.index}: {reason}"
         if not slot.started and slot.restarts == 0:  # the pool's own start: its caller learns why
             self.close()
@@ -385,15 +386,15 @@ class RolloutPool(SavesPool):
             self.close()
             raise self._healing.over_budget(list(slot.env_ids), what)
         lost = [s for s in slot.sent if isinstance(s.request, (Collect, CollectEpisodes))]
-        # A replacement that died before it started (placed on a node not yet known to be lost)
-        # had begun nothing: its requests are the ones already reported.
+        # A replacement that died before it started (on a node not yet known lost) had begun nothing.
         if slot.started:
             self._lost.extend(LostWork(slot.index, slot.env_ids, s.policy_version, describe(s.request), reason)
                               for s in lost)
+        again = [s for s in slot.sent if isinstance(s.request, SERVED_AGAIN)]  # in the order they were sent
         self._fleet.kill(slot.handle)
         slot.restarts += 1
         slot.sent = deque()
         self._start(slot)
-        for s in lost:
+        for s in again:
             self._send(slot, s.request, call=s.call)
 

@@ -35,6 +35,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
+from parallelenv.backends import pickling
+
 __all__ = ["EnvState", "StateError", "capture_env", "class_name", "restore_env", "trust", "trusted_classes"]
 
 PROTOCOL, MUJOCO, ALE, PICKLE, TENSOR = "protocol", "mujoco", "ale", "pickle", "tensor"
@@ -133,7 +135,7 @@ def _attributes(obj: Any, leave_out: frozenset[str] = frozenset()) -> dict[str, 
     """``obj``'s own attributes that its next steps may depend on: not the envs it holds (a wrapper's
     inner env is not its state), nor its spaces and spec, which stay what they were built as (a space's
     own generator, for ``space.sample()``, is the caller's, not the env's); a NumPy generator as its
-    state alone, put back into the generator there is (a tenth of pickling the generator)."""
+    state alone, put back into the generator there is (far less to pickle than the generator)."""
     kept = {}
     for name, value in vars(obj).items():
         if name in leave_out or isinstance(value, (gym.Env, gym.Space, EnvSpec)):
@@ -161,11 +163,12 @@ def _put_attributes(obj: Any, attributes: dict[str, Any]) -> None:
 
 
 def _dumps(value: Any) -> bytes:
-    """The standard pickle where it serves (several times faster on small states), else cloudpickle."""
+    """The standard pickle where it serves (a state is small, and it is the cheaper), else the
+    project's cloudpickle (:mod:`parallelenv.backends.pickling`), which takes what the user's script defines."""
     try:
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001  (a lambda, a class defined in a function: cloudpickle takes those)
-        return cloudpickle.dumps(value)
+        return pickling.dumps(value)
 
 
 _SIMULATOR_HANDLES = {MUJOCO: frozenset({"model", "data", "mujoco_renderer"}), ALE: frozenset({"ale"})}

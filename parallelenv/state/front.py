@@ -17,6 +17,8 @@ import cloudpickle
 import numpy as np
 
 from parallelenv.array_kinds import Selection
+from parallelenv.arrays import to_numpy
+from parallelenv.backends import pickling
 from parallelenv.backends.base import CallsEachBatchOnce
 from parallelenv.calls import NO_ARGUMENT, Call, CallMethod
 from parallelenv.serialised import one_caller_at_a_time
@@ -101,17 +103,21 @@ class EnvStates:
                                "step: save() after it")
         states = self.get_state()
         finished = self._calls.finished
-        try:
-            factories = cloudpickle.dumps(self._given_envs)
-        except Exception:  # noqa: BLE001  (whatever stops a pickle: load() then takes the envs again)
-            factories = None
+        factories = None
+        # A list of envs or factories travels; a batched TensorEnv does not: its pickle loses which of its
+        # tensors are views of others (and its state is in the file anyway), so load() takes it again.
+        if isinstance(self._given_envs, (list, tuple)):
+            try:
+                factories = pickling.dumps(self._given_envs)
+            except Exception:  # noqa: BLE001  (whatever stops a pickle: load() then takes the envs again)
+                factories = None
         return {
             "format": SAVE_FORMAT,
             "num_envs": self.num_envs,
             "para_mode": self.para_mode,
             "asynchronous": self.asynchronous,
             "states": states,
-            "finished": np.asarray(finished.cpu() if hasattr(finished, "cpu") else finished, dtype=bool),
+            "finished": to_numpy(finished),
             "factories": factories,
         }
 
@@ -133,7 +139,8 @@ class EnvStates:
         """:meth:`load` of what :meth:`saved` returned."""
         if envs is None:
             if saved["factories"] is None:
-                raise ValueError("the saved envs' factories did not pickle: pass envs= as when it was built")
+                raise ValueError("the saved envs did not travel in the file (a TensorEnv, or factories that do not "
+                                 "pickle): pass envs=, built as when the ParallelEnv was")
             envs = cloudpickle.loads(saved["factories"])
         options.setdefault("asynchronous", saved["asynchronous"])
         penv = cls(envs, para_mode=saved["para_mode"] if para_mode is None else para_mode, **options)
@@ -155,7 +162,7 @@ def write_at_once(path: str | os.PathLike[str], saved: Any) -> None:
     """Pickle ``saved`` to ``path`` through a file beside it, renamed over it whole at the end."""
     folder = os.path.dirname(os.path.abspath(path))
     with tempfile.NamedTemporaryFile("wb", dir=folder, delete=False, suffix=".partial") as file:
-        cloudpickle.dump(saved, file)
+        file.write(pickling.dumps(saved))
     os.replace(file.name, path)
 
 

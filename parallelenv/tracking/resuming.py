@@ -102,8 +102,7 @@ class Resumer:
             journal.changed(tuple(i for i in stepping.tolist() if self.standins.get(i, ("", ""))[1] == RESTORED))
         restored = [i for i in [*stepping.tolist(), *idle.tolist()] if journal is not None and journal.can_replay(i)]
         if restored:  # the failure log says which envs went on from their snapshot
-            log, named = self.healing.failures, dataclasses.replace(failure, restored=tuple(sorted(restored)))
-            log[next(k for k in range(len(log) - 1, -1, -1) if log[k] is failure)] = failure = named
+            failure = self.healing.name_restored(failure, restored)
         for env_id in idle.tolist():
             self.due[env_id] = (failure, RESTORED if env_id in restored else WORKER_RESTARTED)
         replaying = tuple(i for i in stepping.tolist() if i in restored)

@@ -149,10 +149,6 @@ def _collect_all(backend: Backend, num_envs: int) -> list[Reply]:
     return replies
 
 
-def call_snapshots(call: Call) -> bool:
-    return type(call) is Step and call.snapshot is not None
-
-
 def _merged(call: Call, replies: list[Reply]) -> Reply:
     """One reply for the whole call out of the local backend's per-worker replies.
 
@@ -165,7 +161,8 @@ def _merged(call: Call, replies: list[Reply]) -> Reply:
     for reply in replies:
         values.update(reply.values)
     failures = tuple(failure for reply in replies for failure in reply.failures)
-    states = {i: s for reply in replies for i, s in (reply.states or {}).items()} if call_snapshots(call) else None
+    snapshot = type(call) is Step and call.snapshot is not None
+    states = {i: s for reply in replies for i, s in (reply.states or {}).items()} if snapshot else None
     return Reply(replies[0].call_type, call.env_ids, values, failures, states=states)
 
 
