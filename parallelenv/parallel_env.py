@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector.utils import batch_space
 
-from parallelenv import arguments
+from parallelenv import arguments, make_options
 from parallelenv.array_kinds import Selection
 from parallelenv.arrays import is_tensor
 from parallelenv.backends import BackendConfig, env_maker, resolve_backend
@@ -185,10 +185,10 @@ class ParallelEnv(EnvCalls, EnvStates):
     ) -> ParallelEnv:
         """``num_envs`` copies of a registered Gymnasium env, built where they run.
 
-        Keyword arguments of :class:`ParallelEnv` (``asynchronous``,
-        ``call_timeout``, ``copy``, ...) go to it, ``backend_options`` to the
-        backend; the others go to ``gymnasium.make`` (or to the tensor env
-        standing for ``env_id``). ``device`` is where results live with
+        Keyword arguments of :class:`ParallelEnv` (``asynchronous``, ``copy``, ...) go to it; those the
+        backend takes (``num_workers``, ...), and ``backend_options``, to the backend; the rest to
+        ``gymnasium.make`` (or the tensor env standing for ``env_id``); one neither takes is refused
+        (:mod:`parallelenv.make_options`). ``device`` is where results live with
         ``output="torch"`` on the CPU backends, and for ``para_mode="tensor"``
         the device of the tensor env itself (default ``cuda`` when there is one).
 
@@ -200,17 +200,17 @@ class ParallelEnv(EnvCalls, EnvStates):
             >>> penv.close()
         """
         options = {name: kwargs.pop(name) for name in _OPTIONS if name in kwargs}
-        gym_kwargs = kwargs
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r}; use a positive int")
         make_envs = env_maker(para_mode)
+        backend_options, gym_kwargs = make_options.split(env_id, para_mode, make_envs, kwargs, backend_options)
         if make_envs is None:
             envs: Any = [functools.partial(gym.make, env_id, **gym_kwargs)] * num_envs
         else:  # the backend's own kind of env, built here: it runs where it is
             if options.get("device") is not None:
                 gym_kwargs["device"] = options.pop("device")
             envs = make_envs(env_id, num_envs, **gym_kwargs)
-        return cls(envs, para_mode=para_mode, **options, **(backend_options or {}))
+        return cls(envs, para_mode=para_mode, **options, **backend_options)
 
     def __len__(self) -> int:
         return self.num_envs

@@ -10,8 +10,11 @@ to ours:
 
 Every keyword argument of ``make_vec`` reaches :func:`make_vector_env`: the
 ParallelEnv's options (``para_mode``, ``asynchronous``, ``call_timeout``,
-...), ``backend_options`` for the backend, ``autoreset_mode``, and the rest
-for ``gym.make`` of each env. Gymnasium refuses ``vector_kwargs`` in this
+...), ``autoreset_mode``, the backend's options (``num_workers``, ..., or
+``backend_options={...}``), and the rest for ``gym.make`` of each env, as
+:meth:`ParallelEnv.make` splits them (:mod:`parallelenv.make_options`): one
+that neither the backend nor ``gym.make`` takes is refused before any worker
+starts. Gymnasium refuses ``vector_kwargs`` in this
 mode, so those keywords are the way to override an id's defaults. The
 autoreset mode is Gymnasium's default, ``NEXT_STEP``, unless you ask for
 another.
@@ -70,8 +73,9 @@ def make_vector_env(
         asynchronous: the ParallelEnv's policy; default the one serving
             ``autoreset_mode`` (``"idle"`` for ``NEXT_STEP`` and ``DISABLED``, ``"restart"`` for ``SAME_STEP``).
         backend_options: passed to the backend (``num_workers``, ``num_actors``, ...).
-        **kwargs: the ParallelEnv's other options (``call_timeout``, ``num_cpus``, ...)
-            and ``gym.make``'s keyword arguments for each env, as :meth:`ParallelEnv.make` splits them.
+        **kwargs: the ParallelEnv's other options (``call_timeout``, ``num_cpus``, ...), the
+            backend's options and ``gym.make``'s keyword arguments for each env, as
+            :meth:`ParallelEnv.make` splits them.
 
     Example:
         >>> import gymnasium as gym
