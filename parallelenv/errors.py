@@ -232,7 +232,21 @@ class WorkerStartError(WorkerDiedError):
 
 
 class ClosedError(ParallelEnvError, ClosedEnvironmentError):
-    """A method was called on a ParallelEnv after ``close()``; also Gymnasium's ``ClosedEnvironmentError``."""
+    """A method was called on a ParallelEnv (``what``; or a RolloutPool) after ``close()``.
+
+    Also Gymnasium's ``ClosedEnvironmentError``. Nothing opens a closed one
+    again, so the message says how to go on: make a new one, and let a
+    ``with`` block close it when the work is done.
+    """
+
+    def __init__(self, message: str, what: str = "ParallelEnv") -> None:
+        super().__init__(message)
+        self.what = what
+
+    def __str__(self) -> str:
+        name = "penv" if self.what == "ParallelEnv" else "pool"
+        return (f"{super().__str__()}. A closed {self.what} cannot be used again: make a new one. "
+                f"`with {self.what}(...) as {name}:` closes it for you when the block ends, so use it inside the block")
 
 
 class AlreadyPendingError(ParallelEnvError, AlreadyPendingCallError):

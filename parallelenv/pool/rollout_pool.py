@@ -273,7 +273,7 @@ class RolloutPool(SavesPool):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ClosedError("this RolloutPool is closed")
+            raise ClosedError("this RolloutPool is closed", what="RolloutPool")
 
     def _update(self, agent_update: Any, env_update: Any) -> None:
         self._check_open()
