@@ -55,6 +55,19 @@ def test_a_step_of_the_whole_group_is_its_header_and_obs_slot(counted):
     assert read(message) == (Step(GROUP), counted)
 
 
+@pytest.mark.parametrize("counted", [False, True])
+@pytest.mark.parametrize("trusted", [frozenset(), frozenset({"a.Env", "b.Other"})])
+def test_a_snapshot_step_of_the_whole_group_is_its_header_obs_slot_and_trusted_classes(counted, trusted):
+    buffers = fixed_buffers(spare_obs_slots=1)
+    buffers.use_obs_slot(1)
+    message = wire.encode_call(Step(GROUP, snapshot=trusted), GROUP, counted, buffers, worker_obs_slot=1)
+    assert kind(message) is (wire.COUNTED_SNAPSHOT_STEP if counted else wire.SNAPSHOT_STEP)
+    assert wire.is_counted(message) is counted
+    worker = fixed_buffers(spare_obs_slots=1)
+    assert read(message, worker) == (Step(GROUP, snapshot=trusted), counted)
+    assert worker.obs_slot == 1
+
+
 def test_a_step_of_the_whole_group_names_the_obs_slot_it_writes_into():
     parent, worker = fixed_buffers(spare_obs_slots=2), fixed_buffers(spare_obs_slots=2)
     parent.use_obs_slot(2)

@@ -26,7 +26,7 @@ from parallelenv.backends.ray import cluster as ray_cluster
 from parallelenv.backends.ray.actor_host import GroupHost, Lost, Rows
 from parallelenv.backends.ray.resources import Ask, check, not_started, places_itself, wait_started
 from parallelenv.backends.spaces import SpaceMismatch, common_spaces
-from parallelenv.backends.subproc import wire
+from parallelenv.backends.subproc.sendable import encode_user_data
 from parallelenv.batching import put, take, zeros
 from parallelenv.calls import Call, Failure, Reply, Step, method_name
 from parallelenv.errors import WorkerDiedError
@@ -206,7 +206,7 @@ class RayBackend:
             if actor.death is not None:
                 raise actor.death
             actions = take(self.buffers.actions, np.array(actor_call.env_ids)) if type(call) is Step else None
-            messages.append((actor, actor_call, wire.encode_user_data((actor_call, actions), call)))
+            messages.append((actor, actor_call, encode_user_data((actor_call, actions), call)))
         for actor, actor_call, message in messages:
             self._pending[actor.handle.run_encoded.remote(message)] = _Pending(actor, actor_call)
 

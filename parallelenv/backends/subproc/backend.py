@@ -172,8 +172,10 @@ class SubprocBackend:
         # parent more wake-ups. The countdown is the backend's, one step at a time.
         pipes, counted_steps = self.pipes, self.counted
         counted = (self._counts_steps and type(call) is Step and call.awaited and call.env_ids == self.all_ids
-                   and call.snapshot is None and not pipes.in_flight and not counted_steps.in_flight)
-        if counted and not self._telling_columns and self._announces_steps:
+                   and not pipes.in_flight and not counted_steps.in_flight)
+        # A snapshot step's states come back on the pipes, as a counted step's infos do; the step itself
+        # travels on them too (its header says to take the states).
+        if counted and not self._telling_columns and self._announces_steps and call.snapshot is None:
             for worker in counted_steps.dispatch(self.buffers.obs_slot):
                 self._not_sent(worker)
             return

@@ -1,4 +1,6 @@
-"""A worker's reply made sendable: what cannot be pickled becomes its env's failure, not a lost reply.
+"""What the user's data in a call or reply becomes on a pipe: a call that cannot travel raises, naming
+its entry, before anything is sent; in a worker's reply, what cannot be pickled becomes its env's
+failure, not a lost reply.
 
 Plain pickle where it can (faster), cloudpickle for what plain pickle
 refuses; a value or observation row that neither can send is dropped and its
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parallelenv.backends import pickling
-from parallelenv.calls import Failure, Reply
+from parallelenv.calls import Failure, Reply, method_name, per_env_fields
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,29 @@ def encode(message: Any) -> bytes:
         return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return pickling.dumps(message)
+
+
+def encode_user_data(message: Any, call: Any) -> bytes:
+    """cloudpickle ``message``, which carries ``call``; a TypeError says what cannot travel, and for which env."""
+    try:
+        return pickling.dumps(message)
+    except Exception as exc:
+        raise TypeError(
+            f"{method_name(call)}: {_what_cannot_travel(call)} cannot be sent to where the envs run "
+            f"({type(exc).__name__}: {exc}); nothing was sent"
+        ) from exc
+
+
+def _what_cannot_travel(call: Any) -> str:
+    """The first per-env entry of ``call`` that cannot be pickled, by env; else the call's arguments."""
+    for name in per_env_fields(type(call)):
+        for env_id, entry in zip(call.env_ids, getattr(call, name), strict=True):
+            try:
+                pickling.dumps(entry)
+            except Exception:
+                return f"the {name} entry {entry!r} of env {env_id}"
+    return "what was passed"
+
 
 
 def sendable_pickle(message: Reply | WithRows) -> bytes:
@@ -60,7 +85,7 @@ def _sendable(message: Reply | WithRows) -> Reply | WithRows:
             values[env_id] = value
         else:
             failures.append(failure)
-    return _failing(Reply(message.call_type, message.env_ids, values, message.failures, message.info), failures)
+    return _failing(dataclasses.replace(message, values=values), failures)
 
 
 def _unsendable(env_id: int, reply: Reply, value: Any, what: str) -> Failure | None:
@@ -79,4 +104,5 @@ def _failing(reply: Reply, failures: list[Failure]) -> Reply:
         return reply
     failed = {failure.env_index for failure in failures}
     values = {env_id: value for env_id, value in reply.values.items() if env_id not in failed}
-    return Reply(reply.call_type, reply.env_ids, values, (*reply.failures, *failures), reply.info)
+    # A snapshot step's states stay: an env's unsendable info does not cost the snapshot of the others.
+    return dataclasses.replace(reply, values=values, failures=(*reply.failures, *failures))

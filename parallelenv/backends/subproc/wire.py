@@ -17,7 +17,8 @@ on the countdown rather than on the pipes (see
 :mod:`parallelenv.backends.subproc.countdown`); the backend decides it, and its
 own header tells the worker. A step of some of a worker's envs (``send`` to
 a few envs, or one half of them in overlapped collection) is the header and
-their ids as 32-bit integers, not a pickle, which costs the parent far more.
+their ids as 32-bit integers, not a pickle, which costs the parent far more;
+a snapshot step of a whole group (``Step.snapshot``), the obs slot and the class names trusted.
 
 A step's numeric infos go into columns of the shared buffers once the
 parent has learned them (:mod:`parallelenv.infos.columns`): it tells
@@ -45,11 +46,10 @@ from typing import Any
 
 import numpy as np
 
-from parallelenv.backends import pickling
 from parallelenv.backends.buffers import Buffers
-from parallelenv.backends.subproc.sendable import WithRows, encode, sendable_pickle
+from parallelenv.backends.subproc.sendable import WithRows, encode, encode_user_data, sendable_pickle
 from parallelenv.batching import read_private_rows, write_private_rows
-from parallelenv.calls import NO_RESULT_CALLS, Failure, Reply, Step, method_name, per_env_fields
+from parallelenv.calls import NO_RESULT_CALLS, Failure, Reply, Step
 
 _STEP_ID = np.dtype(np.int32)
 QUIET = b""  # the reply to a step when no env returned an info: its results are all in shared memory
@@ -92,15 +92,17 @@ def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, bu
     """
     obs_slot = 0 if buffers is None else buffers.obs_slot
     private = buffers is not None and buffers.private_actions
-    plain = type(call) is Step and call.snapshot is None  # a snapshot step travels whole (Step.snapshot)
-    if plain and not private and call.live is None and call.env_ids == group_ids:
-        return (_COUNTED_GROUP_STEPS if counted else _GROUP_STEPS)[obs_slot]
-    if counted and not (plain and call.live is None and call.env_ids == group_ids):
+    whole_group = type(call) is Step and call.live is None and call.env_ids == group_ids
+    if counted and not whole_group:
         # The worker would answer on its pipe, and the parent wait on the countdown for it.
         raise ValueError(f"only a step of a worker's whole group can be counted, not {call!r}")
+    if whole_group and not private:
+        if call.snapshot is None:
+            return (_COUNTED_GROUP_STEPS if counted else _GROUP_STEPS)[obs_slot]
+        return (COUNTED_SNAPSHOT_STEP if counted else SNAPSHOT_STEP).encode(obs_slot, call.snapshot)
     if type(call) is Step and private:
         message = (COUNTED_STEP_WITH_ROWS if counted else STEP_WITH_ROWS).encode(call, buffers)
-    elif plain and call.live is None:
+    elif type(call) is Step and call.snapshot is None and call.live is None:
         message = STEP_OF_SOME.encode(call.env_ids)
     else:
         message = CALL.encode(call)
@@ -109,6 +111,11 @@ def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, bu
 
 def _slot(obs_slot: int) -> bytes:
     return bytes([obs_slot])
+
+
+def _snapshot_step(obs_slot: int, trusted: frozenset[str]) -> bytes:
+    # The class names whose pickle the caller trusts (Step.snapshot), a line each: no pickle to make or read.
+    return bytes([obs_slot]) + "\n".join(sorted(trusted)).encode()
 
 
 def _step_ids(env_ids: tuple[int, ...]) -> bytes:
@@ -126,28 +133,6 @@ def _call(call: Any) -> bytes:
 
 def _switched(obs_slot: int, message: bytes) -> bytes:
     return bytes([obs_slot]) + message
-
-
-def encode_user_data(message: Any, call: Any) -> bytes:
-    """cloudpickle ``message``, which carries ``call``; a TypeError says what cannot travel, and for which env."""
-    try:
-        return pickling.dumps(message)
-    except Exception as exc:
-        raise TypeError(
-            f"{method_name(call)}: {_what_cannot_travel(call)} cannot be sent to where the envs run "
-            f"({type(exc).__name__}: {exc}); nothing was sent"
-        ) from exc
-
-
-def _what_cannot_travel(call: Any) -> str:
-    """The first per-env entry of ``call`` that cannot be pickled, by env; else the call's arguments."""
-    for name in per_env_fields(type(call)):
-        for env_id, entry in zip(call.env_ids, getattr(call, name), strict=True):
-            try:
-                pickling.dumps(entry)
-            except Exception:
-                return f"the {name} entry {entry!r} of env {env_id}"
-    return "what was passed"
 
 
 class CallReader:
@@ -196,7 +181,7 @@ def is_counted(data: bytes) -> bool:
         elif kind is INFO_COLUMNS:
             data = _columns_call(data)[1]
         else:
-            return kind is COUNTED_GROUP_STEP or kind is COUNTED_STEP_WITH_ROWS
+            return kind in (COUNTED_GROUP_STEP, COUNTED_STEP_WITH_ROWS, COUNTED_SNAPSHOT_STEP)
     return False
 
 
@@ -225,6 +210,16 @@ def _read_group_step(data: bytes, reader: CallReader) -> tuple[Step, bool]:
 def _read_counted_group_step(data: bytes, reader: CallReader) -> tuple[Step, bool]:
     reader.use_obs_slot(data[1])
     return reader.counted_group_step
+
+
+def _read_snapshot_step(data: bytes, reader: CallReader, counted: bool = False) -> tuple[Step, bool]:
+    reader.use_obs_slot(data[1])
+    trusted = frozenset(data[2:].decode().split("\n")) if len(data) > 2 else frozenset()
+    return Step(reader.group_step[0].env_ids, snapshot=trusted), counted
+
+
+def _read_counted_snapshot_step(data: bytes, reader: CallReader) -> tuple[Step, bool]:
+    return _read_snapshot_step(data, reader, counted=True)
 
 
 def _read_step_of_some(data: bytes, reader: CallReader) -> tuple[Step, bool]:
@@ -356,6 +351,10 @@ def _nothing() -> bytes:
 GROUP_STEP = Kind("step of the worker's whole group, and its obs slot", b"s", True, _slot, _read_group_step)
 COUNTED_GROUP_STEP = Kind("counted step of the worker's whole group, and its obs slot", b"c", True, _slot,
                           _read_counted_group_step)
+SNAPSHOT_STEP = Kind("step of the worker's whole group taking their states first (Step.snapshot)", b"t", True,
+                     _snapshot_step, _read_snapshot_step)
+COUNTED_SNAPSHOT_STEP = Kind("counted step of the worker's whole group taking their states first", b"T", True,
+                             _snapshot_step, _read_counted_snapshot_step)
 STEP_OF_SOME = Kind("step of some envs, their ids as int32", b"p", True, _step_ids, _read_step_of_some)
 STEP_WITH_ROWS = Kind("step with its envs' private action rows", b"r", True, _step_with_rows, _read_step_with_rows)
 COUNTED_STEP_WITH_ROWS = Kind("counted step of the worker's whole group with its private action rows", b"R", True,
@@ -370,8 +369,8 @@ DONE = Kind("reply", b"d", False, sendable_pickle, _read_reply)
 DONE_WITH_ROWS = Kind("reply with its envs' private observation rows", b"w", False, sendable_pickle,
                       _read_reply_with_rows)
 UNREADABLE = Kind("the call could not be read", b"x", False, encode, _read_unreadable)
-KINDS = (GROUP_STEP, COUNTED_GROUP_STEP, STEP_OF_SOME, STEP_WITH_ROWS, COUNTED_STEP_WITH_ROWS, CALL, USE_OBS_SLOT,
-         INFO_COLUMNS, ATTACH, CLOSE, DONE, DONE_WITH_ROWS, UNREADABLE)
+KINDS = (GROUP_STEP, COUNTED_GROUP_STEP, SNAPSHOT_STEP, COUNTED_SNAPSHOT_STEP, STEP_OF_SOME, STEP_WITH_ROWS,
+         COUNTED_STEP_WITH_ROWS, CALL, USE_OBS_SLOT, INFO_COLUMNS, ATTACH, CLOSE, DONE, DONE_WITH_ROWS, UNREADABLE)
 
 
 def _by_header(to_worker: bool) -> dict[int, Kind]:
