@@ -10,12 +10,14 @@ site the links become ``:doc:`` roles.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from itertools import pairwise
 from pathlib import Path
 
 TITLE_LEVELS = "=-~"  # README.rst's title, its sections, their subsections
 LABEL = ".. _readme-"
 DOCS_LINK = re.compile(r"`([^`<>]+?)\s*<docs/([\w/-]+)\.rst>`_(?!_)")  # `Title <docs/guide/page.rst>`_
+INCLUDE = re.compile(r"^\.\. include:: .*_readme/([\w-]+)\.rst$", re.M)
 
 
 def slug(title: str) -> str:
@@ -32,15 +34,17 @@ def headings(lines: list[str]) -> list[tuple[int, str]]:
     return found
 
 
-def readme_sections(text: str) -> dict[str, str]:
+def readme_sections(text: str, pages: Mapping[str, str] | None = None) -> dict[str, str]:
     """``{slug: text}`` of each section of README.rst, and the part before the first as ``intro``.
 
     Each heading gets the label ``readme-<slug>``, and README's references to
     its own headings (```Backends`_``) become ``:ref:`` roles: once the
     sections are on different pages, a plain reference to a title on another
-    page would not resolve. Its links to pages of ``docs`` become ``:doc:`` roles.
+    page would not resolve. Its links to pages of ``docs`` become ``:doc:`` roles,
+    except a link to the page that includes the section (``pages``: slug ->
+    that page, as ``guide/backends``), which would lead the reader to where
+    they already are: it becomes the title, "below", where that page goes on.
     """
-    text = DOCS_LINK.sub(r":doc:`\1 </\2>`", text)  # a page that is not there fails the build (-W)
     lines = text.splitlines()
     marks = headings(lines)
     titles = {title: slug(title) for _, title in marks}
@@ -57,13 +61,34 @@ def readme_sections(text: str) -> dict[str, str]:
     sections = {"intro": "\n".join(lines[4:starts[0]]).strip() + "\n"}  # after README's own title
     for begin, end in zip(starts, [*starts[1:], len(lines)], strict=True):
         sections[slug(lines[begin + 2])] = "\n".join(lines[begin:end]).strip() + "\n"
-    return sections
+    return {name: page_links(section, (pages or {}).get(name)) for name, section in sections.items()}
+
+
+def page_links(text: str, own_page: str | None) -> str:
+    """README's links to pages of ``docs`` as ``:doc:`` roles; one to ``own_page`` as its title, below."""
+    def link(match: re.Match[str]) -> str:
+        title, page = match.groups()
+        if page == own_page:
+            return f"*{title}* (below)"
+        return f":doc:`{title} </{page}>`"  # a page that is not there fails the build (-W)
+
+    return DOCS_LINK.sub(link, text)
+
+
+def including_pages(docs: Path) -> dict[str, str]:
+    """``{section slug: page}`` of every page of ``docs`` that includes a README section, as ``guide/backends``."""
+    pages = {}
+    for page in sorted(docs.rglob("*.rst")):
+        if "_readme" not in page.parts:
+            for name in INCLUDE.findall(page.read_text()):
+                pages[name] = page.relative_to(docs).with_suffix("").as_posix()
+    return pages
 
 
 def write_sections(readme: Path, out: Path) -> dict[str, str]:
     """Write ``out/<slug>.rst`` for each section; returns the sections."""
     out.mkdir(exist_ok=True)
-    sections = readme_sections(readme.read_text())
+    sections = readme_sections(readme.read_text(), including_pages(out.parent))
     for stale in set(out.glob("*.rst")) - {out / f"{name}.rst" for name in sections}:
         stale.unlink()  # a section renamed or gone: the page that includes it must fail, not show old text
     for name, text in sections.items():

@@ -142,3 +142,13 @@ def test_every_fragment_of_the_page_says_so_in_the_text(page):
                          ids=[f"{page.relative_to(DOCS)}:line{example.line}" for page, example in COMPLETE])
 def test_complete_block_of_a_page_runs(page, example, request, no_leaks, torch_threads_kept):  # noqa: F811
     run_block(example, request)
+
+
+def test_a_readme_link_to_the_page_that_includes_the_section_does_not_link_to_itself():
+    """On the Backends page, the included section's link to the Backends page would lead nowhere new."""
+    text = ("Intro\n=====\n\nText.\n\nBackends\n--------\n\nAsk `Backends <docs/guide/backends.rst>`_ "
+            "and `Errors <docs/guide/errors.rst>`_.\n")
+    module = load_readme_sections()
+    section = module.readme_sections(text, {"backends": "guide/backends"})["backends"]
+    assert section.endswith("Ask *Backends* (below) and :doc:`Errors </guide/errors>`.\n")
+    assert module.including_pages(DOCS)["choosing-para-mode"] == "guide/backends"
