@@ -16,6 +16,7 @@ import math
 import signal
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,14 +198,18 @@ def measure_plan(order: list[tuple[int, Pair]], args: argparse.Namespace, log_di
     runs: dict[Pair, list[Measurement]] = {pair: [] for _, pair in order}
     log = RunLog(len(order), args.wait_idle)
     deadline = time.monotonic() + (math.inf if args.budget is None else args.budget)
-    progress = tqdm(order, unit="run", file=sys.stderr, dynamic_ncols=True)
+    # A bar that redraws itself in place only on a terminal: in a file its updates pile up on one line.
+    progress = tqdm(order, unit="run", file=sys.stderr, dynamic_ncols=True, disable=not on_a_terminal())
+    lines = WorkloadLines(order, quiet=not progress.disable)
     try:
-        for round_index, pair in progress:
+        for index, (round_index, pair) in enumerate(progress):
             done = runs[pair]
             if done and (done[-1].skipped or done[-1].error):
+                lines.passed(index, pair, ran=False)
                 continue
             if (missing := unavailable(pair)) is not None:
                 done.append(not_measured(pair, skipped=missing))
+                lines.passed(index, pair, ran=False)
                 continue
             if deadline - time.monotonic() < MIN_RUN_S:
                 log.stopped = f"its --budget of {args.budget:g} s was spent"
@@ -220,12 +225,39 @@ def measure_plan(order: list[tuple[int, Pair]], args: argparse.Namespace, log_di
                 break
             done.append(result)
             log.runs += 1
+            lines.passed(index, pair, ran=True)
     except KeyboardInterrupt:  # the running child's group is gone already (measure_once's finally)
         log.stopped = "interrupted"
     finally:
         progress.close()
     return [Measurement.merge(done) if done else not_measured(pair, skipped=f"not run: {log.stopped}")
             for pair, done in runs.items()], log
+
+
+def on_a_terminal() -> bool:
+    """Whether both the table (stdout) and the progress (stderr) go to a terminal: a run logged to a file
+    gets a line per workload instead of a bar."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+class WorkloadLines:
+    """Progress as one line per workload, printed when its last run of the plan is over: for a log or a file."""
+
+    def __init__(self, order: list[tuple[int, Pair]], quiet: bool) -> None:
+        self._last = {pair.workload: index for index, (_, pair) in enumerate(order)}
+        self._workloads = list(self._last)
+        self._runs: dict[str, int] = defaultdict(int)
+        self._started = time.monotonic()
+        self._quiet = quiet
+
+    def passed(self, index: int, pair: Pair, ran: bool) -> None:
+        """The plan's entry ``index`` is over: ``pair`` measured once (``ran``), or passed over (skipped)."""
+        self._runs[pair.workload] += ran
+        if self._quiet or self._last[pair.workload] != index:
+            return
+        position = self._workloads.index(pair.workload) + 1
+        print(f"[{position}/{len(self._workloads)}] {pair.workload}: {self._runs[pair.workload]} run(s), "
+              f"{time.monotonic() - self._started:.0f} s so far", file=sys.stderr, flush=True)
 
 
 def _wait_for_idle_cpu(progress: tqdm, patience_s: float, first: bool) -> Wait:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import textwrap
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -179,10 +180,8 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         _run_summary(meta["settings"], meta["machine"]["cores"]),
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "| " + " | ".join(["---"] * 3 + ["---:"] * (len(COLUMNS) - 3)) + " |",
+        *_table(COLUMNS, [_cells(row) for row in rows], left=3),
     ]
-    lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
     tables = (_pair_table(rows, "against_baseline", "baseline", BASELINE_COLUMNS,
                           "Variants / their baseline, medians, each round's pair measured side by side; above 1 "
                           "the variant steps faster, or spends more of the caller's CPU per step:")
@@ -192,7 +191,16 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                             "workload steps slower, above 1 it costs the caller more CPU per step:")
               + _caller_table(rows, meta["machine"]["cores"])
               + _against_table(rows, meta["settings"]))
-    return "\n".join(lines + [""] + tables + _notes(rows)) + "\n"
+    return "\n".join(wrapped(line) for line in lines + [""] + tables + _notes(rows)) + "\n"
+
+
+def wrapped(line: str, width: int = 100) -> str:
+    """A long line of prose or a list item folded at ``width`` (markdown renders it the same), so that the
+    report reads in a terminal or a log; a table row stays one line, as markdown needs it."""
+    if len(line) <= width or line.startswith("|"):
+        return line
+    indent = " " * (len(line) - len(line.lstrip(" -")))  # a list item's text goes on under its first word
+    return textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
 
 
 def _pair_table(rows: list[dict[str, Any]], field: str, other: str, columns: tuple[str, ...],
@@ -201,12 +209,8 @@ def _pair_table(rows: list[dict[str, Any]], field: str, other: str, columns: tup
     compared = [row for row in rows if row[field]]
     if not compared:
         return []
-    lines = [title, "", "| " + " | ".join(columns) + " |",
-             "| " + " | ".join(["---"] * 3 + ["---:"] * (len(columns) - 3)) + " |"]
-    for row in compared:
-        ratios = row[field]
-        lines.append("| " + " | ".join([row["workload"], row["wrapper"], ratios[other]] + _ratio_cells(ratios)) + " |")
-    return lines + [""]
+    cells = [[row["workload"], row["wrapper"], row[field][other]] + _ratio_cells(row[field]) for row in compared]
+    return [title, "", *_table(columns, cells, left=3), ""]
 
 
 def _caller_table(rows: list[dict[str, Any]], cores: int) -> list[str]:
@@ -218,10 +222,7 @@ def _caller_table(rows: list[dict[str, Any]], cores: int) -> list[str]:
     lines = ["The caller's cost per batch step (CPU time of the process that owns the vector env), per worker, "
              "and the share of the machine left to the envs: efficiency = steps/s over N / (k x the env's "
              "step, measured alone) where the envs wait; x ceiling = steps/s over the ceiling's, same run:", "",
-             "| " + " | ".join(CALLER_COLUMNS) + " |",
-             "| " + " | ".join(["---"] * 4 + ["---:"] * (len(CALLER_COLUMNS) - 4)) + " |"]
-    for row in shown:
-        lines.append("| " + " | ".join(_caller_cells(row, cores)) + " |")
+             *_table(CALLER_COLUMNS, [_caller_cells(row, cores) for row in shown], left=4)]
     slopes = added_worker_costs(rows)
     if slopes:
         lines += ["", "What each added worker costs the caller per batch step: (caller CPU per batch step at the "
@@ -276,12 +277,19 @@ def _against_table(rows: list[dict[str, Any]], settings: dict[str, Any]) -> list
     rev = against["revision"]
     lines = [f"Working tree / {rev} ({against['commit'][:10]}), medians; above 1 the working tree "
              f"steps faster, or spends more of the caller's CPU per step:", "",
-             "| " + " | ".join(column.format(rev=rev) for column in AGAINST_COLUMNS) + " |",
-             "| " + " | ".join(["---"] * 2 + ["---:"] * (len(AGAINST_COLUMNS) - 2)) + " |"]
-    for row in compared:
-        lines.append("| " + " | ".join([row["workload"], row["wrapper"]] + _ratio_cells(row["against_revision"]))
-                     + " |")
+             *_table(tuple(column.format(rev=rev) for column in AGAINST_COLUMNS),
+                     [[row["workload"], row["wrapper"]] + _ratio_cells(row["against_revision"]) for row in compared],
+                     left=2)]
     return lines + [""]
+
+
+def _table(columns: tuple[str, ...], rows: list[list[str]], left: int) -> list[str]:
+    """A markdown table, its first ``left`` columns aligned left, without the columns empty in every row
+    (a quick run measures no memory, and its single repeat has no spread of rounds)."""
+    kept = [i for i in range(len(columns)) if not rows or any(cells[i] for cells in rows)]
+    return ["| " + " | ".join(columns[i] for i in kept) + " |",
+            "| " + " | ".join("---" if i < left else "---:" for i in kept) + " |",
+            *("| " + " | ".join(cells[i] for i in kept) + " |" for cells in rows)]
 
 
 def _run_summary(settings: dict[str, Any], cores: int) -> str:
@@ -394,7 +402,18 @@ def write_json(path: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> 
 
 
 def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
-    """Horizontal bars of median steps/s, one panel per workload."""
+    """Horizontal bars of median steps/s, one panel per workload, written to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(rows, title)
+    if fig is not None:
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+
+
+def figure(rows: list[dict[str, Any]], title: str) -> Any:
+    """The chart as a matplotlib Figure (None when nothing was measured): one panel per workload, every
+    panel on a linear axis from zero, so that a bar twice as long steps twice as fast in every panel."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display here, and none needed for a PNG
@@ -406,8 +425,8 @@ def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
         if row["median"]:
             panels[row["workload"]].append(row)
     if not panels:
-        return
-    heights = [len(panel) + 1.5 for panel in panels.values()]
+        return None
+    heights = [len(panel) + 2.5 for panel in panels.values()]  # the bars, the title and the axis label
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 0.32 * sum(heights) + 1.2),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (workload, panel) in zip(axes[:, 0], panels.items(), strict=True):
@@ -419,11 +438,20 @@ def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def steps_label(value: float, _position: Any = None) -> str:
+    """A tick's value as few characters as it needs: 0, 950, 12k, 1.5M."""
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{suffix}"
+    return f"{value:.3g}"
 
 
 def _draw_panel(ax: Any, workload: str, panel: list[dict[str, Any]]) -> None:
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
     medians = [row["median"] for row in panel]
     errors = [[row["median"] - row["min"] for row in panel],
               [row["max"] - row["median"] for row in panel]]
@@ -434,13 +462,13 @@ def _draw_panel(ax: Any, workload: str, panel: list[dict[str, Any]]) -> None:
             linewidth=[2 if row["ours"] else 0 for row in panel])
     ax.set_yticks(list(positions), labels=[row["wrapper"] for row in panel], fontsize=8)
     ax.invert_yaxis()
-    # Log scale only where bars differ by more than ~20x; else a linear axis
-    # shows the differences that matter better.
-    if max(medians) / min(medians) > 20:
-        ax.set_xscale("log")
-    # Labels past the error bar's end, so the two never overlap.
+    # Labels past the error bar's end, so the two never overlap; a bar too short to see still has its number.
     for position, row in zip(positions, panel, strict=True):
         ax.text(row["max"], position, f"  {row['median']:,.0f}", va="center", fontsize=7)
-    ax.set_xlim(right=max(row["max"] for row in panel) * (3 if ax.get_xscale() == "log" else 1.2))
-    ax.set_title(f"{workload} (N={panel[0]['num_envs']}): env-steps/s", fontsize=9, loc="left")
+    ax.set_xlim(0, max(row["max"] for row in panel) * 1.25)
+    # A few round ticks, each a short label: Matplotlib's default for large numbers ran them into each other.
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+    ax.xaxis.set_major_formatter(FuncFormatter(steps_label))
     ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlabel("env-steps per second (linear scale, from 0)", fontsize=7)
+    ax.set_title(f"{workload} (N={panel[0]['num_envs']})", fontsize=9, loc="left")

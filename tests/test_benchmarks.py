@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -49,6 +50,9 @@ def test_quick_harness_run_writes_its_table_and_json(tmp_path, no_leaks):
         assert len(row["parent_cpu_us_per_step"]) == 1 and row["parent_cpu_us_per_step_median"] > 0, row
     assert "| cartpole8 |" in done.stdout
     assert "parent CPU us/env-step" in done.stdout and "parallel efficiency" in done.stdout
+    # Not a terminal: a line per workload, not a bar whose redraws pile up on one line of the log.
+    assert "[1/1] cartpole8: 3 run(s)" in done.stderr and "\r" not in done.stderr, done.stderr[-3000:]
+    assert max(len(line) for line in (done.stdout + done.stderr).splitlines()) <= 300
 
 
 @pytest.mark.slow
@@ -590,3 +594,45 @@ def _parallelenv_imports(path: Path) -> list[str]:
             continue
         found += [name for name in names if name.partition(".")[0] == "parallelenv"]
     return found
+
+
+def _quick_rows(memory: bool) -> list[dict]:
+    def row(workload, wrapper, kind, rate):
+        return Measurement(workload, wrapper, kind, wrapper.startswith("parallelenv"), 8, 10, rates=[rate],
+                           parent_cpu_us_per_step=[50.0], startup_s=0.1, peak_rss_mib=100.0 if memory else None,
+                           peak_pss_mib=80.0 if memory else None).to_dict()
+
+    return report.summarize([
+        row("cartpole8", "parallelenv-dummy", "in-process", 120_000.0),
+        row("cartpole8", "gymnasium-sync", "in-process", 125_000.0),
+        row("bigobs8", "parallelenv-subproc", "subprocess", 110_000.0),
+        row("bigobs8", "gymnasium-async", "subprocess", 18_000.0),  # 6x apart: once a log axis
+    ], cores=2)
+
+
+@pytest.mark.parametrize("memory", [False, True], ids=["quick", "memory-measured"])
+def test_report_has_no_column_empty_in_every_row_and_no_long_line(memory):
+    table = report.markdown(_quick_rows(memory), _meta())
+    header = next(line for line in table.splitlines() if line.startswith("| workload | wrapper | kind"))
+    assert ("peak RSS MiB (PSS)" in header) == memory
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    for column in range(len(header.split(" | "))):
+        assert any(cells[column].strip(" |") for cells in rows[1:] if len(cells) == len(rows[0])), (header, column)
+    assert max(len(line) for line in table.splitlines()) <= 300
+
+
+def test_the_chart_shows_every_panel_on_one_linear_scale_labelled_with_ticks_apart():
+    pytest.importorskip("matplotlib")
+    fig = report.figure(_quick_rows(memory=False), "title")
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        assert ax.get_xscale() == "linear" and ax.get_xlim()[0] == 0 and ax.get_xlabel()
+        labels = [label for label in ax.get_xticklabels() if label.get_text() and label.get_visible()]
+        boxes = sorted((label.get_window_extent(renderer) for label in labels), key=lambda box: box.x0)
+        assert len(boxes) >= 3
+        for left, right in itertools.pairwise(boxes):
+            assert left.x1 < right.x0, [label.get_text() for label in labels]  # no tick label runs into the next
+
+
+def test_tick_labels_are_short():
+    assert [report.steps_label(v) for v in (0, 950, 12_000, 1_500_000, 2.4e9)] == ["0", "950", "12k", "1.5M", "2.4G"]
