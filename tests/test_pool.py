@@ -192,6 +192,56 @@ def test_a_worker_killed_mid_collection_is_replaced_and_the_others_are_untouched
 
 
 @pytest.mark.timeout(240)
+def test_with_snapshots_a_worker_killed_mid_collection_cuts_no_episode(no_leaks):
+    """The replacement goes on from its predecessor's collection after the last batch: every env's
+    transitions are the unfaulted run's, nothing is lost, and the failure log names the envs restored."""
+    from parallelenv import check_state
+
+    envs = envs_of(4, delay=0.02)
+    assert check_state(envs[0], steps=10)  # DelayEnv's state is its pickle, checked here
+    weights = make_policy(seed=1).state_dict()
+
+    def run(fault: bool):
+        with RolloutPool(envs, make_policy(), num_workers=2, seed=SEED, snapshots=True) as pool:
+            pool.update_agent(weights, wait=True)
+            calls = [pool.obtain_samples(0, num_samples=4 * 7)]  # mid-episode: DelayEnv's episodes are 3-6 steps
+            timer = kill_when_busy(pool, 1, after_s=0.3) if fault else None
+            calls.append(pool.obtain_samples(1, num_samples=4 * 60))  # 60 steps of 20 ms: ~1.2 s per worker
+            if timer is not None:
+                timer.join()
+            calls.append(pool.obtain_samples(2, num_samples=4 * 5))
+            return calls, list(pool.failures)
+
+    faulted, failures = run(fault=True)
+    clean, _ = run(fault=False)
+    for got, want in zip(faulted, clean, strict=True):
+        assert got.lost == ()
+        for part, expected in zip(got.parts, want.parts, strict=True):
+            assert part.worker == expected.worker
+            assert_same(part.data, expected.data)
+    [failure] = failures
+    assert failure.env_ids == (2, 3) and failure.restored == (2, 3) and "SIGKILL" in failure.reason
+
+
+@pytest.mark.timeout(240)
+def test_with_snapshots_an_env_whose_state_cannot_be_taken_is_replaced_as_without(no_leaks, monkeypatch):
+    """No pickle trusted, no protocol: each batch says why its collection was not kept, and a worker
+    lost is replaced as without snapshots (its work logged lost), the reason in the failure log."""
+    from parallelenv.state import capture
+
+    monkeypatch.setattr(capture, "_TRUSTED_PICKLES", set())  # another test of this process may have trusted it
+    with RolloutPool(envs_of(4, delay=0.02), make_policy(), num_workers=2, seed=SEED, snapshots=True) as pool:
+        pool.obtain_samples(0, num_samples=4 * 4)
+        timer = kill_when_busy(pool, 0, after_s=0.3)
+        samples = pool.obtain_samples(1, num_samples=4 * 60)
+        timer.join()
+        [failure] = pool.failures
+    [lost] = samples.lost
+    assert lost.worker == 0 and failure.restored == ()
+    assert "restart their episodes" in failure.reason and "DelayEnv has no get_state()" in failure.reason
+
+
+@pytest.mark.timeout(240)
 def test_past_the_restart_budget_the_death_raises_and_nothing_is_left(no_leaks):
     pool = RolloutPool(envs_of(2, delay=0.02), make_policy(), num_workers=2, seed=SEED, max_restarts=0)
     kill_when_busy(pool, 0, after_s=0.3)

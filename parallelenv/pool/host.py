@@ -109,7 +109,7 @@ class WorkerHost:
     @_serve.register
     def _collect(self, request: Collect, payload: Any) -> WorkerReply:
         self._begun = True
-        return Chunk(self.version, self._vec.collect(request.num_steps))
+        return Chunk(self.version, self._vec.collect(request.num_steps), self._snapshot())
 
     @_serve.register
     def _collect_episodes(self, request: CollectEpisodes, payload: Any) -> WorkerReply:
@@ -127,7 +127,21 @@ class WorkerHost:
                 batch = vec.collect_episode()
                 episodes.append(batch)
                 count += len(batch)
-        return Chunk(self.version, _first_episodes(episodes, request.num_episodes))
+        return Chunk(self.version, _first_episodes(episodes, request.num_episodes), self._snapshot())
+
+    def _snapshot(self) -> bytes | str | None:
+        """With the pool's snapshots on, the collection as it stands now, for a replacement; else None."""
+        if self.spec.snapshots is None:
+            return None
+        from parallelenv.errors import EnvError
+        from parallelenv.state.capture import StateError, trust
+
+        for env_class in self.spec.snapshots:
+            trust(env_class)
+        try:
+            return cloudpickle.dumps(self._vec.saved())
+        except (StateError, EnvError) as refused:  # an env's state, taken where it runs, raises as its error
+            return str(refused)
 
     @_serve.register
     def _save(self, request: SaveCollection, payload: Any) -> WorkerReply:

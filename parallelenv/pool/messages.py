@@ -30,6 +30,7 @@ class WorkerSpec:
     worker_options: dict[str, Any]  # VecWorker's: max_episode_length, output, device
     seed: Any  # a base seed (VecWorker derives from (seed, worker, env)) or one seed per env
     shared_weights: Any = None  # processes: where to read published weights (weights.SharedWeights.handle)
+    snapshots: frozenset[str] | None = None  # RolloutPool(snapshots=True): the env classes whose pickle is trusted
 
 
 # ---------------------------------------------------------------- requests
@@ -118,6 +119,7 @@ class Chunk:
 
     policy_version: int
     data: Transitions | EpisodeBatch
+    saved: bytes | str | None = None  # snapshots: the collection after it (VecWorker.saved, pickled), or why not
 
 
 @dataclass(frozen=True)

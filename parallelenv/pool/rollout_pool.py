@@ -25,7 +25,6 @@ from parallelenv.healing import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW_S, 
 from parallelenv.pool.checks import check_arguments, check_count, make_fleet
 from parallelenv.pool.errors import PoolWorkerError
 from parallelenv.pool.messages import (
-    SERVED_AGAIN,
     Applied,
     Chunk,
     Collect,
@@ -41,13 +40,14 @@ from parallelenv.pool.messages import (
     UpdateEnvs,
     WorkerReply,
     WorkerSpec,
-    describe,
 )
+from parallelenv.pool.replacing import ReplacesWorkers
 from parallelenv.pool.samples import Collected, LostWork, Samples
 from parallelenv.pool.saving import SavesPool
 from parallelenv.pool.weights import check_update, pickle_policy, state_arrays
 from parallelenv.rollout.trajectories import Transitions
 from parallelenv.serialised import close_at_exit
+from parallelenv.state.capture import trusted_classes
 
 POLL_S = 0.5  # how often a wait looks at the clock (call_timeout, start_timeout)
 
@@ -64,9 +64,12 @@ class _Slot:
     restarts: int = 0
     started: bool = False
     env_updates: list[UpdateEnvs] = field(default_factory=list)  # replayed, in order, by a replacement
+    delivered: bool = False  # a batch of it arrived
+    resume_from: bytes | None = None  # snapshots=True: the collection after its last batch
+    unsaved: str = "no batch collected yet"  # why resume_from is None
 
 
-class RolloutPool(SavesPool):
+class RolloutPool(SavesPool, ReplacesWorkers):
     """Workers that each run a :class:`~parallelenv.rollout.VecWorker`, with garage's sampler calls.
 
     Args:
@@ -94,6 +97,9 @@ class RolloutPool(SavesPool):
         start_timeout: seconds for the workers to build their envs.
         start_method: for ``"processes"``: ``"forkserver"`` (default), ``"spawn"`` or ``"fork"``.
         actor_options: for ``"ray"``: ``.options()`` of every actor (default ``num_cpus=1``, spread).
+        snapshots: each batch comes with its worker's collection after it, and a worker lost is
+            replaced by one that goes on from there: no episode in flight is cut, nothing is lost
+            (for envs whose state can be taken, see ``parallelenv.check_state``).
     """
 
     def __init__(
@@ -117,6 +123,7 @@ class RolloutPool(SavesPool):
         start_timeout: float = 120.0,
         start_method: str | None = None,
         actor_options: dict[str, Any] | None = None,
+        snapshots: bool = False,
     ) -> None:
         self._closed = True  # until the workers exist, close() has nothing to do
         sources = env_list(envs)
@@ -130,6 +137,7 @@ class RolloutPool(SavesPool):
         self.chunk_steps, self.prefetch, self.call_timeout = int(chunk_steps), int(prefetch), call_timeout
         self._start_timeout = float(start_timeout)
         self._healing = Healing("restart", "raise", max_restarts, restart_window)
+        self._snapshots = bool(snapshots)
         groups = Groups(self.num_envs, num_workers).members
         self._workers_text = f"workers 0-{num_workers - 1}" if num_workers > 1 else "worker 0"
         payloads = pickle_sources(sources)
@@ -145,6 +153,7 @@ class RolloutPool(SavesPool):
             worker=0, env_ids=(), env_payloads=(), policy_payload=b"", policy_version=0, para_mode=para_mode,
             penv_options={"asynchronous": "restart", **(penv_options or {})},
             worker_options={"max_episode_length": max_episode_length, "output": output}, seed=seed,
+            snapshots=trusted_classes() if snapshots else None,
             shared_weights=self._fleet.share_weights(state_arrays(policy)),
         )
         self._payloads = [tuple(payloads[i] for i in ids) for ids in groups]
@@ -288,13 +297,15 @@ class RolloutPool(SavesPool):
                        seed=self._seeds(slot))
         slot.handle, slot.started, slot.version = self._fleet.start(spec), False, self._policy_version
         self._send(slot, Start())
+        self._resume_replacement(slot)
         if self._weights is not None:  # a replacement loads the weights sent since the policy
             self._send(slot, *self._weights)
         for update in slot.env_updates:  # and has the envs its predecessor had
             self._send(slot, update)
 
     def _seeds(self, slot: _Slot) -> Any:
-        if slot.restarts == 0 or self.seed is None:
+        # With snapshots, a worker lost before its first batch is replaced by its twin: nothing was handed out.
+        if slot.restarts == 0 or self.seed is None or (self._snapshots and not slot.delivered):
             return self.seed
         return [int(np.random.SeedSequence(self.seed, spawn_key=(slot.index, i, slot.restarts))
                     .generate_state(1, np.uint64)[0]) for i in range(len(slot.env_ids))]
@@ -371,30 +382,7 @@ class RolloutPool(SavesPool):
             slot.version = reply.version
         elif isinstance(reply, Chunk):
             slot.version = reply.policy_version
+            self._keep_snapshot(slot, reply)
             self._ready.append((sent.call, Collected(slot.index, reply.policy_version, slot.env_ids, reply.data)))
         elif isinstance(reply, Saved):
             self._ready.append((sent.call, Collected(slot.index, slot.version, slot.env_ids, reply.data)))
-
-    def _replace(self, slot: _Slot, reason: str, kind: str) -> None:
-        """A new worker in the dead one's place, with fresh seeds and the current weights; what the
-        dead one was collecting is logged as lost and asked of the new one, a save or resume under way too."""
-        what = f"worker {slot.index}: {reason}"
-        if not slot.started and slot.restarts == 0:  # the pool's own start: its caller learns why
-            self.close()
-            raise PoolWorkerError(slot.index, slot.env_ids, "building its envs and policy", "WorkerDied", reason)
-        if not self._healing.admit(slot.env_ids, kind, what):
-            self.close()
-            raise self._healing.over_budget(list(slot.env_ids), what)
-        lost = [s for s in slot.sent if isinstance(s.request, (Collect, CollectEpisodes))]
-        # A replacement that died before it started (on a node not yet known lost) had begun nothing.
-        if slot.started:
-            self._lost.extend(LostWork(slot.index, slot.env_ids, s.policy_version, describe(s.request), reason)
-                              for s in lost)
-        again = [s for s in slot.sent if isinstance(s.request, SERVED_AGAIN)]  # in the order they were sent
-        self._fleet.kill(slot.handle)
-        slot.restarts += 1
-        slot.sent = deque()
-        self._start(slot)
-        for s in again:
-            self._send(slot, s.request, call=s.call)
-
