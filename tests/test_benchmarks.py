@@ -632,6 +632,8 @@ def test_the_chart_shows_every_panel_on_one_linear_scale_labelled_with_ticks_apa
         assert len(boxes) >= 3
         for left, right in itertools.pairwise(boxes):
             assert left.x1 < right.x0, [label.get_text() for label in labels]  # no tick label runs into the next
+    first_panel_title = fig.axes[0].title.get_window_extent(renderer)
+    assert fig._suptitle.get_window_extent(renderer).y0 > first_panel_title.y1  # the chart's title above it
 
 
 def test_tick_labels_are_short():
