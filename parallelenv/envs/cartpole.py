@@ -63,11 +63,14 @@ class CartPole(TensorEnv):
         self.tau = 0.02
         self.max_episode_steps = max_episode_steps
         self.dtype = dtype
-        self.state = torch.zeros(num_envs, 4, dtype=dtype, device=self.device)
+        # Stored column by column, (4, num_envs), and seen as rows: each of x, x_dot, theta and theta_dot is
+        # contiguous, which a compiled step needs to run vectorised (a row-major state compiles to a scalar loop).
+        self._state_columns = torch.zeros(4, num_envs, dtype=dtype, device=self.device)
+        self._columns = self._state_columns.unbind(0)  # views: x, x_dot, theta, theta_dot
+        self.state = self._state_columns.t()
         self.elapsed = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
         # Scratch space for the step, allocated once.
-        self._scratch = torch.empty(6, num_envs, dtype=dtype, device=self.device).unbind(0)
-        self._columns = self.state.unbind(1)  # views: x, x_dot, theta, theta_dot
+        self._scratch = torch.empty(7, num_envs, dtype=dtype, device=self.device).unbind(0)
         self._flag = torch.empty(num_envs, dtype=torch.bool, device=self.device)
         self._constants_of: tuple[float, ...] | None = None
         self._constant_tensors: dict[str, torch.Tensor] = {}
@@ -75,31 +78,38 @@ class CartPole(TensorEnv):
     def reset_envs(self, rows: Rows, options: dict[str, Any] | None) -> None:
         low, high = reset_bounds(options, -0.05, 0.05)
         start = self.rng.uniform((4,), low, high, rows, dtype=self.dtype)
-        put_rows(self.state, rows, start)
+        if rows is not None and rows.dtype == torch.bool and torch.compiler.is_compiling():
+            # Into the columns' own tensor: writing through the row-major view costs a compiled step a pass.
+            self._state_columns.copy_(torch.where(rows, start.t(), self._state_columns))
+        else:
+            put_rows(self.state, rows, start)
         put_rows(self.obs, rows, start)
         fill_rows(self.elapsed, rows, 0)
 
     def step_envs(self, actions: torch.Tensor) -> None:
+        if torch.compiler.is_compiling():
+            self._step_compiled(actions)
+            return
         x, x_dot, theta, theta_dot = self._columns
-        force, cos, sin, temp, thetaacc, xacc = self._scratch
+        force, cos, sin, temp, thetaacc, xacc, spare = self._scratch
         k = self._constants
-        total, pml, tau = self.total_mass, self.polemass_length, self.tau
-        # Gymnasium's formulas with their constants folded, each in one operation where torch has one:
+        # Gymnasium's formulas with their constants folded, one rounding an operation (no alpha=, no
+        # addcmul: eager torch fuses those into one FMA, a compiled step does not, and the two must agree):
         # temp = (force + pml theta_dot^2 sin) / total
         torch.mul(actions, k["2 force / total"], out=force).sub_(k["force / total"])
         torch.sin(theta, out=sin)
         torch.cos(theta, out=cos)
-        torch.mul(theta_dot, theta_dot, out=temp).mul_(sin)
-        torch.add(force, temp, alpha=pml / total, out=temp)
+        torch.mul(theta_dot, theta_dot, out=temp).mul_(sin).mul_(k["pml / total"]).add_(force)
         # thetaacc = (g sin - cos temp) / (length (4/3 - masspole cos^2 / total))
         torch.mul(cos, cos, out=xacc).mul_(k["-length masspole / total"]).add_(k["4/3 length"])
-        torch.mul(sin, k["gravity"], out=thetaacc).addcmul_(cos, temp, value=-1.0).div_(xacc)
+        torch.mul(sin, k["gravity"], out=thetaacc).sub_(torch.mul(cos, temp, out=spare)).div_(xacc)
         # xacc = temp - pml thetaacc cos / total
-        torch.add(temp, torch.mul(thetaacc, cos, out=xacc), alpha=-pml / total, out=xacc)
-        x.add_(x_dot, alpha=tau)
-        x_dot.add_(xacc, alpha=tau)
-        theta.add_(theta_dot, alpha=tau)
-        theta_dot.add_(thetaacc, alpha=tau)
+        torch.sub(temp, torch.mul(thetaacc, cos, out=xacc).mul_(k["pml / total"]), out=xacc)
+        tau = k["tau"]
+        x.add_(torch.mul(x_dot, tau, out=spare))
+        x_dot.add_(torch.mul(xacc, tau, out=spare))
+        theta.add_(torch.mul(theta_dot, tau, out=spare))
+        theta_dot.add_(torch.mul(thetaacc, tau, out=spare))
         torch.gt(torch.abs(x, out=cos), k["x_threshold"], out=self.terminated)
         self.terminated.logical_or_(torch.gt(torch.abs(theta, out=sin), k["theta_threshold"], out=self._flag))
         self.elapsed.add_(k["1"])
@@ -107,17 +117,38 @@ class CartPole(TensorEnv):
         self.reward.fill_(1.0)
         self.obs.copy_(self.state)  # as Gymnasium's returns a float32 copy of its state
 
+    def _step_compiled(self, actions: torch.Tensor) -> None:
+        """:meth:`step_envs` as pure operations, the same ones in the same order (the same bits), for a
+        compiled step: writes into scratch and column views would each be a pass of their own there."""
+        x, x_dot, theta, theta_dot = self._columns
+        k = self._constants
+        force = actions * k["2 force / total"] - k["force / total"]
+        sin, cos = torch.sin(theta), torch.cos(theta)
+        temp = theta_dot * theta_dot * sin * k["pml / total"] + force
+        thetaacc = (sin * k["gravity"] - cos * temp) / (cos * cos * k["-length masspole / total"] + k["4/3 length"])
+        xacc = temp - thetaacc * cos * k["pml / total"]
+        tau = k["tau"]
+        state = torch.stack([x + x_dot * tau, x_dot + xacc * tau, theta + theta_dot * tau, theta_dot + thetaacc * tau])
+        self._state_columns.copy_(state)
+        self.terminated.copy_((state[0].abs() > k["x_threshold"]) | (state[2].abs() > k["theta_threshold"]))
+        self.elapsed.add_(k["1"])
+        self.truncated.copy_(self.elapsed >= k["max_episode_steps"])
+        self.reward.fill_(1.0)
+        self.obs.copy_(state.t())
+
     @property
     def _constants(self) -> dict[str, torch.Tensor]:
         """The step's constants as 0-dim tensors: torch converts a Python number at every call."""
-        key = (self.gravity, self.masscart, self.masspole, self.length, self.force_mag, self.max_episode_steps)
+        key = (self.gravity, self.masscart, self.masspole, self.length, self.force_mag, self.tau,
+               self.max_episode_steps)
         if self._constants_of != key:
             total = self.masspole + self.masscart
             self.total_mass, self.polemass_length = total, self.masspole * self.length
             values = {
                 "2 force / total": 2 * self.force_mag / total, "force / total": self.force_mag / total,
                 "-length masspole / total": -self.length * self.masspole / total,
-                "4/3 length": self.length * 4.0 / 3.0, "gravity": self.gravity,
+                "4/3 length": self.length * 4.0 / 3.0, "gravity": self.gravity, "tau": self.tau,
+                "pml / total": self.masspole * self.length / total,
                 "x_threshold": self.x_threshold, "theta_threshold": self.theta_threshold_radians,
             }
             self._constant_tensors = {name: torch.tensor(v, dtype=self.dtype) for name, v in values.items()}

@@ -58,12 +58,12 @@ class Chasing(TensorEnv):
         # The robot starts near the origin, the agent init_distance away in a random direction.
         draws = self.rng.uniform((2, self.dim), -1.0, 1.0, rows)
         robot, heading = draws[:, 0], draws[:, 1]
-        length = torch.linalg.vector_norm(heading, dim=1, keepdim=True).clamp_min_(1e-6)
+        length = _norm(heading)[:, None].clamp_min_(1e-6)
         agent = heading / length * self.init_distance + robot
         start = torch.cat([robot, torch.zeros_like(robot), agent, torch.zeros_like(agent)], dim=1)
         put_rows(self.bodies, rows, start)
         put_rows(self.obs, rows, start)
-        put_rows(self.distance, rows, torch.linalg.vector_norm(agent - robot, dim=1))
+        put_rows(self.distance, rows, _norm(agent - robot))
         fill_rows(self.elapsed, rows, 0)
 
     def step_envs(self, actions: torch.Tensor) -> None:
@@ -71,8 +71,8 @@ class Chasing(TensorEnv):
         self._move(self.robot, push, decay=0.5)
         action, action_length = self._unit_clamped(actions)
         self._move(self.agent, action, decay=0.75)
-        distance = torch.linalg.vector_norm(self.agent[:, 0] - self.robot[:, 0], dim=1)
-        torch.sub(self.distance, distance, out=self.reward).sub_(action_length, alpha=0.02)
+        distance = _norm(self.agent[:, 0] - self.robot[:, 0])
+        torch.sub(self.distance, distance, out=self.reward).sub_(action_length * 0.02)
         self.distance.copy_(distance)
         torch.lt(distance, self.catch_distance, out=self.terminated)
         self.elapsed += 1
@@ -82,11 +82,24 @@ class Chasing(TensorEnv):
     @staticmethod
     def _unit_clamped(vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``vectors`` scaled down to length 1 where longer, and their lengths."""
-        length = torch.linalg.vector_norm(vectors, dim=1)
+        length = _norm(vectors)
         return vectors / length.clamp_min(1.0)[:, None], length
 
     @staticmethod
     def _move(body: torch.Tensor, push: torch.Tensor, decay: float) -> None:
         position, velocity = body.unbind(1)
         velocity.mul_(decay).add_(push)
-        position.add_(velocity, alpha=0.01)
+        position.add_(velocity * 0.01)
+
+
+def _norm(vectors: torch.Tensor) -> torch.Tensor:
+    """The length of each row of ``(n, dim)`` ``vectors``, summed in a fixed order.
+
+    Not ``torch.linalg.vector_norm``: its kernel and a compiled step's reduction round
+    differently, and the eager and compiled steps must agree.
+    """
+    columns = vectors.unbind(1)
+    squares = columns[0] * columns[0]
+    for column in columns[1:]:
+        squares = squares + column * column
+    return squares.sqrt()

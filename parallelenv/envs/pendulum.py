@@ -54,6 +54,7 @@ class Pendulum(TensorEnv):
         self._scratch = torch.empty(2, num_envs, dtype=dtype, device=self.device)
         self._torque = torch.empty(num_envs, device=self.device)
         self._torque_term = torch.empty(num_envs, device=self.device)
+        self._obs_columns = torch.empty(3, num_envs, device=self.device)
 
     def reset_envs(self, rows: Rows, options: dict[str, Any] | None) -> None:
         options = options or {}
@@ -68,8 +69,10 @@ class Pendulum(TensorEnv):
         cost, term = self._scratch.unbind(0)
         # The torque's terms in the action's float32, as Gymnasium's NumPy computes them.
         u = torch.clamp(actions[:, 0], -self.max_torque, self.max_torque, out=self._torque)
-        # angle_normalize(theta) ** 2 + 0.1 * theta_dot ** 2 + 0.001 * u ** 2
-        torch.add(self.theta, math.pi, out=cost).remainder_(2 * math.pi).sub_(math.pi).square_()
+        # angle_normalize(theta) ** 2 + 0.1 * theta_dot ** 2 + 0.001 * u ** 2, the angle as
+        # theta - 2 pi floor((theta + pi) / (2 pi)): remainder's kernels round differently eager and compiled.
+        torch.add(self.theta, math.pi, out=cost).div_(2 * math.pi).floor_().mul_(2 * math.pi)
+        torch.sub(self.theta, cost, out=cost).square_()
         cost.add_(torch.square(self.theta_dot, out=term).mul_(0.1))
         cost.add_(torch.square(u, out=self._torque_term).mul_(0.001))
         self.reward.copy_(cost).neg_()
@@ -83,6 +86,9 @@ class Pendulum(TensorEnv):
         self._observe()
 
     def _observe(self) -> None:
-        torch.cos(self.theta, out=self.obs[:, 0])
-        torch.sin(self.theta, out=self.obs[:, 1])
-        self.obs[:, 2] = self.theta_dot
+        # Column by column into a contiguous scratch, then one copy: a compiled step takes no strided out=.
+        cos, sin, theta_dot = self._obs_columns.unbind(0)
+        torch.cos(self.theta, out=cos)
+        torch.sin(self.theta, out=sin)
+        theta_dot.copy_(self.theta_dot)
+        self.obs.copy_(self._obs_columns.t())

@@ -46,7 +46,11 @@ def put_rows(target: torch.Tensor, rows: Rows, values: torch.Tensor) -> None:
     if rows is None:
         target.copy_(values)
     elif rows.dtype == torch.bool:
-        torch.where(rows.view(-1, *[1] * (target.dim() - 1)), values, target, out=target)
+        mask = rows.view(-1, *[1] * (target.dim() - 1))
+        if target.is_contiguous():
+            torch.where(mask, values, target, out=target)
+        else:  # a compiled step takes no strided out= (a column-major state seen as rows)
+            target.copy_(torch.where(mask, values, target))
     else:
         target.index_copy_(0, rows, values if values.dtype == target.dtype else values.to(target.dtype))
 

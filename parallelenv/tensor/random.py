@@ -24,6 +24,12 @@ _GOLDEN = 0x9E3779B9 - 2**32
 _TO_UNIT = 2.0**-24
 
 
+def _wrap(value: int) -> int:
+    """``value`` modulo 2**32, as a signed int32."""
+    value &= _MASK32
+    return value - 2**32 if value >= 2**31 else value
+
+
 def _int32(value: int) -> torch.Tensor:
     # A 0-dim int32 operand costs less than a Python int, which torch converts at every call.
     return torch.tensor(value, dtype=torch.int32)
@@ -37,6 +43,7 @@ _M1_NP, _SHIFT_8_NP, _ONE_NP = np.uint32(_M1 & _MASK32), np.uint32(8), np.uint32
 _ROUNDS_NP = [(np.uint32(shift), None if m is None else np.uint32(m & _MASK32))
               for shift, m in ((16, _M1), (13, _M2), (16, None))]
 _NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+_LANES = torch.tensor([_wrap(_M2 * (lane + 1)) for lane in range(64)], dtype=torch.int32)
 _LANES_NP = (np.arange(1, 65, dtype=np.uint64) * (_M2 & _MASK32) & _MASK32).astype(np.uint32)
 
 
@@ -50,12 +57,6 @@ def _mix(h: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
         if multiplier is not None:
             h.mul_(multiplier)
     return h
-
-
-def _wrap(value: int) -> int:
-    """``value`` modulo 2**32, as a signed int32."""
-    value &= _MASK32
-    return value - 2**32 if value >= 2**31 else value
 
 
 def _halves(seed: int) -> tuple[int, int]:
@@ -159,6 +160,8 @@ class CounterRNG:
         view of a buffer that the next draw of the same size overwrites.
         """
         size = math.prod(shape)
+        if torch.compiler.is_compiling():
+            return self._uniform_traced(size, shape, low, high, rows, dtype)
         if self.numpy_math:
             return self._uniform_numpy(size, shape, low, high, rows, dtype)
         indexed = rows is not None and rows.dtype != torch.bool
@@ -208,6 +211,29 @@ class CounterRNG:
         else:
             all_counters[picked] += _ONE_NP
         return torch.from_numpy(unit.T.reshape(len(key), *shape) if len(shape) != 1 else unit.T)
+
+    def _uniform_traced(
+        self, size: int, shape: tuple[int, ...], low: float, high: float, rows: torch.Tensor | None,
+        dtype: torch.dtype,
+    ) -> torch.Tensor:
+        """:meth:`uniform` bit for bit as pure operations, for a compiled step: scratch buffers and
+        NumPy would break the graph, and the compiler fuses the draws into the step's loop."""
+        indexed = rows is not None and rows.dtype != torch.bool
+        key, counter = (self.key[rows], self.counter[rows]) if indexed else (self.key, self.counter)
+        lanes = _LANES[:size].to(key.device)
+        h = (key + counter * _M1)[None, :] + lanes[:, None]
+        for shift, multiplier in ((16, _M1), (13, _M2), (16, None)):
+            h = h ^ ((h >> shift) & ((1 << (32 - shift)) - 1))
+            if multiplier is not None:
+                h = h * multiplier
+        unit = ((h >> 8) & 0xFFFFFF).to(dtype) * ((high - low) * _TO_UNIT) + low
+        if rows is None:
+            self.counter += 1
+        elif indexed:
+            self.counter.index_add_(0, rows, torch.ones_like(rows, dtype=torch.int32))
+        else:
+            self.counter += rows
+        return unit.t().reshape(len(key), *shape) if len(shape) != 1 else unit.t()
 
     def _buffers(self, size: int, dtype: torch.dtype, count: int) -> tuple[torch.Tensor, ...]:
         """Scratch tensors for ``size`` draws for up to ``num_envs`` envs, allocated on first use."""

@@ -1,0 +1,201 @@
+"""A TensorEnv's whole batch step, restarts of the ended rows included, as one compiled function.
+
+Eager torch runs a step as some fifty operations, each a pass over the whole
+batch (on the CPU) or a kernel launch (on a GPU). Compiled, the env's step,
+its random draws, the copy of the last obs of the envs that ended and their
+restart become a few fused loops: torch.compile (inductor) on every device,
+and on CUDA the compiled step is captured once in a CUDA graph and replayed,
+one launch a step. The eager step is the reference: what is compiled is the
+same Python code, and an env whose step cannot be compiled runs eager, said
+once in a :class:`CompileFallbackWarning`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from typing import Any
+
+import torch
+
+from parallelenv.errors import ParallelEnvWarning
+from parallelenv.tensor.env import TensorEnv
+
+_log = logging.getLogger("parallelenv.tensor")
+
+#: The ``compile`` values the tensor backend takes, and what each does.
+MODES = {
+    False: "eager torch, an operation at a time",
+    True: "the best for the env's device: 'inductor' on the CPU, 'inductor+graph' on CUDA",
+    "inductor": "torch.compile's inductor: the step's operations fused into a few loops or kernels",
+    "inductor+graph": "inductor's kernels captured once in a CUDA graph and replayed (CUDA only)",
+    "graph": "the eager step's kernels captured once in a CUDA graph and replayed (CUDA only)",
+}
+
+
+class CompileFallbackWarning(ParallelEnvWarning):
+    """A TensorEnv's step could not be compiled, or captured: it runs eager, as correct and slower."""
+
+
+def resolve_mode(compile: Any, device: torch.device) -> str | None:
+    """The mode ``compile`` asks for on ``device`` (None: eager), or a ValueError listing the valid ones."""
+    if compile is False or compile is None:
+        return None
+    cuda = device.type == "cuda"
+    if compile is True:
+        return "inductor+graph" if cuda else "inductor"
+    if not isinstance(compile, str) or compile not in MODES:
+        valid = ", ".join(repr(mode) for mode in MODES)
+        raise ValueError(f"compile={compile!r}; valid: {valid}")
+    if compile.endswith("graph") and not cuda:
+        raise ValueError(f"compile={compile!r} captures a CUDA graph, but the env is on {device}: use compile=True "
+                         "or 'inductor'")
+    return compile
+
+
+class FusedStep:
+    """Steps every env of ``env`` (those of ``live`` where given) and, with ``restarts``, restarts the ones
+    that ended, writing their last obs into ``ended`` and the ended mask into ``done``.
+
+    Args:
+        env: the TensorEnv.
+        restarts: whether ended envs start again in the same step (``asynchronous="restart"``).
+        ended: ``env.obs``'s twin receiving the obs of every env before the restart (rows of the envs
+            that did not end hold their obs too; the ``_ended_state`` mask says which rows count).
+        done: a bool tensor over the envs receiving which ended (and were stepped).
+        mode: a value of :data:`MODES` as :func:`resolve_mode` gives it.
+    """
+
+    def __init__(self, env: TensorEnv, restarts: bool, ended: torch.Tensor, done: torch.Tensor, mode: str) -> None:
+        self.env, self.restarts, self.ended, self.done, self.mode = env, restarts, ended, done, mode
+        self._compiled: Any = None
+        if "inductor" in mode:
+            # fullgraph: a step that breaks the graph would run part eager, part compiled, the worst of both;
+            # it raises instead, and runs eager whole. dynamic=False: a batch's size never changes.
+            self._compiled = torch.compile(self._run, fullgraph=True, dynamic=False)
+        self._graphs: dict[bool, _Graph] = {}  # by whether a live mask is given
+        self._timed: set[bool] = set()
+        self._fallen_back = False
+
+    def __call__(self, actions: torch.Tensor, live: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """One batch step; returns the infos of the env's step (copies), ``env.infos`` left empty."""
+        if self._fallen_back:
+            return self._run(actions, live)
+        started = time.perf_counter() if (live is not None) not in self._timed else None
+        try:
+            if started is None:
+                infos = self._step(actions, live)
+            else:
+                with warnings.catch_warnings():
+                    # torch's compiler warns of its own deprecations, which a caller's "error" filter would
+                    # turn into a failed compile.
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    infos = self._step(actions, live)
+        except Exception as exc:
+            if not _cannot_compile(exc):
+                raise
+            self._fall_back(exc)
+            return self._run(actions, live)
+        if started is not None:
+            self._timed.add(live is not None)
+            what = "its live-mask form" if live is not None else "the whole-batch step"
+            _log.info("parallelenv: compiled %s of %s (%d envs, %s) in %.1f s, once", what, type(self.env).__name__,
+                      self.env.num_envs, self.mode, time.perf_counter() - started)
+        return infos
+
+    def invalidate(self) -> None:
+        """Forget the captured CUDA graphs: a call that may change the env's attributes was made."""
+        self._graphs.clear()
+
+    def _step(self, actions: torch.Tensor, live: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        run = self._compiled if self._compiled is not None else self._run
+        if not self.mode.endswith("graph"):
+            return run(actions, live)
+        graph = self._graphs.get(live is not None)
+        if graph is None or not graph.takes(actions, live):
+            graph = self._graphs[live is not None] = _Graph(run)
+        return graph(actions, live)
+
+    def _run(self, actions: torch.Tensor, live: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """The step as eager code, the function that is compiled; the same as the tensor backend's
+        eager road (TensorBackend._step and _finish) for a step of every env."""
+        env = self.env
+        if live is None:
+            env.infos = {}
+            env.step_envs(actions)
+        else:
+            env.step_where(actions, live)
+        infos = {key: value.clone() for key, value in env.infos.items()}
+        if self.restarts:
+            done = torch.logical_or(env.terminated, env.truncated, out=self.done)
+            if live is not None:
+                done &= live
+            self.ended.copy_(env.obs)
+            # A mask, not an index: an index's length is data the host would have to wait for.
+            env.reset_rows(done)
+            env.infos = {}
+        return infos
+
+    def _fall_back(self, exc: Exception) -> None:
+        self._fallen_back = True
+        self._graphs.clear()
+        first_line = " ".join(str(exc).split())[:300]
+        warnings.warn(
+            f"{type(self.env).__name__}'s step could not be compiled (compile={self.mode!r}): it runs eager. "
+            f"{type(exc).__name__}: {first_line}", CompileFallbackWarning, stacklevel=4)
+
+
+class _Graph:
+    """One step captured in a CUDA graph: its inputs copied into fixed tensors, then replayed.
+
+    The first call runs the step (compiling it, for inductor) on a side stream, as capture asks, and
+    captures it after: capture records kernels without running them, so the first replay is that
+    call's own step. Later calls replay it.
+    """
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.graph: Any = None
+        self.actions: torch.Tensor | None = None
+        self.live: torch.Tensor | None = None
+        self.infos: dict[str, torch.Tensor] = {}
+
+    def takes(self, actions: torch.Tensor, live: torch.Tensor | None) -> bool:
+        """Whether the captured step fits these inputs (a new shape or dtype needs a new capture)."""
+        if self.actions is None:
+            return True
+        return _same_kind(actions, self.actions) and (live is None or _same_kind(live, self.live))
+
+    def __call__(self, actions: torch.Tensor, live: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        if self.graph is not None:
+            self.actions.copy_(actions)  # type: ignore[union-attr]  # set with the graph
+            if live is not None:
+                self.live.copy_(live)  # type: ignore[union-attr]  # set with the graph
+            self.graph.replay()
+            return dict(self.infos)
+        self.actions, self.live = actions.clone(), None if live is None else live.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            infos = self.run(self.actions, self.live)  # the step itself
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.infos = self.run(self.actions, self.live)
+        self.graph = graph
+        return infos
+
+
+def _same_kind(a: torch.Tensor, b: Any) -> bool:
+    return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+
+
+def _cannot_compile(exc: Exception) -> bool:
+    """Whether ``exc`` says the step cannot be compiled or captured, rather than that the env raised."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    if isinstance(exc, TorchDynamoException):
+        return True
+    module = type(exc).__module__
+    return module.startswith("torch._inductor") or "CUDA graph" in str(exc) or "capture" in str(exc)
