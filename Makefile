@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test test-pythons test-frameworks test-long soak lint docs bench bench-quick compat gpu-wheels gpu-check clean
+.PHONY: demo test test-pythons test-frameworks test-long soak lint docs bench bench-quick bench-tensor compat gpu-wheels gpu-check clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -117,6 +117,18 @@ bench: $(VENV)/.installed-bench
 bench-quick: $(VENV)/.installed-bench
 	$(PY) -m benchmarks --quick
 
+# The tensor backend, eager and compile=True, beside Gymnasium's NumPy CartPole, gymnax and the memory
+# bound, interleaved in one run (benchmarks/tensor_peers.py). gymnax's JAX pins another Gymnasium than
+# ours: it runs in $(GYMNAX_VENV), a venv of its own (benchmarks/gymnax_peer.py imports nothing of ours).
+GYMNAX_VENV ?= $(VENV)-gymnax
+bench-tensor: $(VENV)/.installed-bench $(GYMNAX_VENV)/.installed
+	$(PY) -m benchmarks.tensor_peers --gymnax-python $(GYMNAX_VENV)/bin/python $(BENCH_TENSOR_ARGS)
+
+$(GYMNAX_VENV)/.installed:
+	$(call python_for,$(MAIN_PYTHON)) -m venv $(GYMNAX_VENV)
+	$(GYMNAX_VENV)/bin/python -m pip install --quiet --disable-pip-version-check gymnax six
+	touch $@
+
 # Gymnasium's and SB3's own vector-env suites against our views (compat/run.py).
 # Their tests are fetched outside the repository; where GitHub is out of
 # reach, point GYMNASIUM_GIT at a local clone or mirror of Gymnasium.
@@ -131,7 +143,9 @@ compat: $(VENV)/.installed-test
 # every package of $(GPU_PYTHON) (a venv of its own, as such machines have, included: a .pth file,
 # since --system-site-packages alone reaches only the base interpreter's), then runs the tensor
 # tests and the gpu tests, checks the shipped tensor envs on cuda against the CPU and times CartPole
-# at 65,536 / 1M / 16M envs (benchmarks/gpu_check.py), writing $(GPU_REPORT).
+# at 65,536 / 1M / 16M envs eager and with compile=True, checking the compiled step against the eager
+# one over 1,000 steps (benchmarks/gpu_check.py), writing $(GPU_REPORT). The compiled step needs the
+# machine's CUDA torch to bring triton (its wheels do); nothing more is fetched for it.
 GPU_WHEELS ?= .gpu-wheels
 GPU_PYTHON ?= python3
 GPU_PYTHON_VERSION ?= 3.12

@@ -10,8 +10,10 @@ lacks). It writes one markdown report, and prints it:
 - each shipped tensor env stepped through ``ParallelEnv(para_mode="tensor")``
   on ``cuda`` and on the CPU from the same seed with the same actions, and how
   far apart the two came;
-- CartPole's env-steps per second through the front object and called
-  directly, at each size (65,536 / 1M / 16M envs by default) on ``cuda``, and
+- each shipped tensor env on ``cuda`` with ``compile=True`` against its
+  eager step, 1,000 steps, each from the eager env's state;
+- CartPole's env-steps per second through the front object (eager and
+  compiled) and called directly, at each size (65,536 / 1M / 16M envs by default) on ``cuda``, and
   at the sizes the CPU can take on one thread, for reference.
 
     python -m benchmarks.gpu_check --out build/gpu-check/gpu-check.md
@@ -45,6 +47,8 @@ CHECK_ENVS, CHECK_STEPS = 256, 250  # past Pendulum's 200-step episodes: restart
 # Float32 kernels on two devices round differently in the last bits; from the same state, one step apart
 # by more than this is a bug, not rounding.
 CHECK_ATOL = 1e-4
+# Compiled against eager on one device (tests/test_tensor_compiled.py states why these bounds).
+COMPILED_STEPS, COMPILED_RTOL, COMPILED_ATOL = 1000, 1e-6, 4e-6
 
 
 @dataclass
@@ -124,8 +128,46 @@ def _actions(torch: Any, space: Any, steps: int, num_envs: int, device: str) -> 
     return low + (high - low) * torch.rand((steps, num_envs, *space.shape), device=device, generator=generator)
 
 
+def compiled_checks(torch: Any, device: str) -> list[dict[str, Any]]:
+    """Each shipped tensor env on ``device``, compile=True against eager, same seed, same actions, each step
+    from the eager env's state: the same flags every step, values within COMPILED_RTOL / COMPILED_ATOL."""
+    from parallelenv import ParallelEnv
+    from parallelenv.envs import CartPole, Chasing, Pendulum
+
+    checks = []
+    for env_class in (CartPole, Pendulum, Chasing):
+        envs = [env_class(CHECK_ENVS, device=device) for _ in range(2)]
+        twins = [ParallelEnv(env, para_mode="tensor", asynchronous="restart", compile=compile)
+                 for env, compile in zip(envs, (False, True), strict=True)]
+        try:
+            actions = _actions(torch, twins[0].single_action_space, COMPILED_STEPS, CHECK_ENVS, device)
+            same_flags, ended, worst = True, 0, 0.0
+            obs = [penv.reset(seed=7)[0] for penv in twins]
+            same_flags &= bool(torch.equal(obs[0], obs[1]))
+            for row in actions:
+                for name in envs[0].state_fields:
+                    getattr(envs[1], name).copy_(getattr(envs[0], name))
+                want, got = twins[0].step(row), twins[1].step(row)
+                for a, b in zip(want[:2], got[:2], strict=True):
+                    excess = (b - a).abs() - COMPILED_RTOL * a.abs()
+                    worst = max(worst, float(excess.max()))
+                same_flags &= all(bool(torch.equal(a, b)) for a, b in zip(want[2:4], got[2:4], strict=True))
+                same_flags &= bool(torch.equal(want[4]["_ended_state"], got[4]["_ended_state"]))
+                ended += int(want[4]["_ended_state"].sum())
+            checks.append({"env": f"{env_class.__name__}: compile=True against eager on the device, "
+                                  f"{COMPILED_STEPS} steps, within {COMPILED_RTOL:g} relative + {COMPILED_ATOL:g}",
+                           "max_difference": max(worst, 0.0), "same_flags": same_flags,
+                           "episodes_ended": ended, "ok": same_flags and worst <= COMPILED_ATOL})
+        except Exception as exc:  # a failing env is a row of the report, the others still run
+            checks.append({"env": env_class.__name__, "error": f"{type(exc).__name__}: {exc}"[:300], "ok": False})
+        finally:
+            for penv in twins:
+                penv.close()
+    return checks
+
+
 def time_cartpole(torch: Any, num_envs: int, device: str, through_front: bool, steps: int,
-                  repeats: int) -> dict[str, Any]:
+                  repeats: int, compile: bool = False) -> dict[str, Any]:
     """Env-steps/s of CartPole(num_envs) on ``device`` per repeat: through ParallelEnv, or called directly
     and restarting ended episodes itself, as ``asynchronous="restart"`` does."""
     from parallelenv import ParallelEnv
@@ -134,7 +176,8 @@ def time_cartpole(torch: Any, num_envs: int, device: str, through_front: bool, s
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     env = CartPole(num_envs, device=device)
-    penv = ParallelEnv(env, para_mode="tensor", asynchronous="restart") if through_front else None
+    penv = (ParallelEnv(env, para_mode="tensor", asynchronous="restart", compile=compile) if through_front
+            else None)
     try:
         actions = _actions(torch, env.single_action_space, ACTION_ROWS, num_envs, device)
         step = penv.step if penv is not None else _direct_step(torch, env)
@@ -151,11 +194,15 @@ def time_cartpole(torch: Any, num_envs: int, device: str, through_front: bool, s
             sync()
             rates.append(num_envs * steps / (time.perf_counter() - start))
         peak = torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda") else None
-        return {"envs": num_envs, "device": device, "wrapper": "ParallelEnv" if through_front else "direct",
+        return {"envs": num_envs, "device": device, "wrapper": _wrapper(through_front, compile),
                 "rates": rates, "peak_mib": peak}
     finally:
         if penv is not None:
             penv.close()
+
+
+def _wrapper(through_front: bool, compile: bool) -> str:
+    return ("ParallelEnv compiled" if compile else "ParallelEnv") if through_front else "direct"
 
 
 def _direct_step(torch: Any, env: Any) -> Callable[[Any], None]:
@@ -173,12 +220,12 @@ def benchmark(torch: Any, sizes: list[int], cuda: bool, steps: int, repeats: int
         for device in places:
             if device == "cpu" and num_envs > CPU_MAX_ENVS:
                 continue
-            for through_front in (True, False):
+            for through_front, compile in ((True, False), (True, True), (False, False)):
                 try:
-                    rows.append(time_cartpole(torch, num_envs, device, through_front, steps, repeats))
+                    rows.append(time_cartpole(torch, num_envs, device, through_front, steps, repeats, compile))
                 except Exception as exc:  # out of memory at 16M, say: the smaller sizes still count
                     rows.append({"envs": num_envs, "device": device, "rates": [],
-                                 "wrapper": "ParallelEnv" if through_front else "direct",
+                                 "wrapper": _wrapper(through_front, compile),
                                  "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]})
                 print(_bench_cells(rows[-1]), flush=True)
     return rows
@@ -253,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                   "**no CUDA device here: the gpu tests skip, the device checks and CUDA rows are left out**")]
     print("\n".join(header), flush=True)
     tests = [] if args.no_tests else run_tests("cuda" if cuda else "no CUDA device: the gpu tests skip")
-    checks = device_checks(torch, "cuda") if cuda else []
+    checks = (device_checks(torch, "cuda") + compiled_checks(torch, "cuda")) if cuda else []
     bench = benchmark(torch, args.sizes, cuda, args.steps, args.repeats)
     text = report(header, tests, checks, bench, args.steps, args.repeats)
     args.out.parent.mkdir(parents=True, exist_ok=True)
