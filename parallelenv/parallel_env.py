@@ -44,13 +44,14 @@ from parallelenv.serialised import (
 )
 from parallelenv.state.front import EnvStates
 from parallelenv.state.journal import journal_for
+from parallelenv.timing.front import ShowsStats
 from parallelenv.tracking.inflight import InFlight
 from parallelenv.tracking.results import Outcome, shaped
 
 DEFAULT_CALL_TIMEOUT_S = 600.0
 
 
-class ParallelEnv(EnvCalls, EnvStates):
+class ParallelEnv(EnvCalls, EnvStates, ShowsStats):
     """A list of Gymnasium envs stepped in parallel behind one object.
 
     Args:
@@ -97,6 +98,8 @@ class ParallelEnv(EnvCalls, EnvStates):
             steps, an age, or a resident-memory limit (leaky simulators), envs cut as when rebuilt.
         snapshots: with a restart above, take every env's state every this many steps (True: 100) and
             keep the steps since: a rebuilt env goes on from there instead of a new episode (:ref:`env-state-healing`).
+        stats: True: measure where the time goes, read by :meth:`stats` (off: nothing is measured);
+            ``"live"``: and a line on a terminal every few seconds (:doc:`/guide/timings`).
         **backend_options: passed to the backend (``num_workers``,
             ``start_method`` for ``"subproc"``).
 
@@ -128,6 +131,7 @@ class ParallelEnv(EnvCalls, EnvStates):
         restart_window: float = DEFAULT_RESTART_WINDOW_S,
         recycle: Recycling | None = None,
         snapshots: int | bool = False,
+        stats: bool | str = False,
         **backend_options: Any,
     ) -> None:
         self._lock = threading.RLock()
@@ -140,14 +144,9 @@ class ParallelEnv(EnvCalls, EnvStates):
         arguments.check_limits(num_cpus, call_timeout)
         self._healing = Healing(on_worker_failure, on_env_error, max_restarts, restart_window)
         config = BackendConfig(
-            policy=self._policy,
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
-            no_warning=no_warning,
-            call_timeout=call_timeout,
+            policy=self._policy, num_cpus=num_cpus, num_gpus=num_gpus, no_warning=no_warning, call_timeout=call_timeout,
             restarts_workers=self._healing.restarts_workers or recycle is not None,  # a worker may be replaced
-            rebuilds_envs=self._healing.rebuilds_envs,
-            copy=copy,
+            rebuilds_envs=self._healing.rebuilds_envs, copy=copy, times_envs=bool(stats),
         )
         self.para_mode = para_mode
         self.asynchronous = asynchronous
@@ -164,6 +163,7 @@ class ParallelEnv(EnvCalls, EnvStates):
             journal = journal_for(snapshots, self._backend.num_envs, self._healing.restarts_workers or recycle is not None)
             self._calls = InFlight(self._backend, self._policy, call_timeout, self._healing, sources, recycle, journal)
             self._to_torch = converter(output, device, self._calls.arrays.native_output, self._backend, para_mode)
+            self._start_stats(stats)
         except ValueError:
             self.close()
             raise
@@ -344,6 +344,8 @@ class ParallelEnv(EnvCalls, EnvStates):
         if self._closed:
             return
         self._closed = True
+        if self._live is not None:
+            self._live.end()
         self._backend.close()
 
     def _close_at_exit(self) -> None:

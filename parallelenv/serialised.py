@@ -16,6 +16,7 @@ import functools
 import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours, to run after it)
 import weakref
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any, TypeVar, cast
 
 from parallelenv.backends.base import Interruptible
@@ -30,11 +31,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def one_caller_at_a_time(method: F) -> F:
-    """Serialise a public call on ``self._lock``: a second thread waits until the first one's call has returned."""
+    """Serialise a public call on ``self._lock``: a second thread waits until the first one's call has returned.
+
+    With ``ParallelEnv(stats=True)`` the call's whole time goes to its caller clock
+    (:mod:`parallelenv.timing.caller_clock`); without, nothing is timed.
+    """
+    name = method.__name__
 
     @functools.wraps(method)
     def serialised(self: Any, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
+            clock = getattr(self, "_caller_clock", None)
+            began = perf_counter() if clock is not None else 0.0
             try:
                 return method(self, *args, **kwargs)
             except Exception as exc:
@@ -44,6 +52,8 @@ def one_caller_at_a_time(method: F) -> F:
                     f"close() from another thread ended this call ({type(exc).__name__}: {exc})"
                 ) from exc
             finally:
+                if clock is not None:
+                    clock.front_call(name, perf_counter() - began)
                 if self._calls.interrupted:
                     self._close()
 

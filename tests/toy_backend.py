@@ -23,7 +23,7 @@ class ToyBackend:
         if isinstance(envs, Failure):
             envs.raise_error()  # an EnvError naming the env that could not be built
         # The group runs calls on the envs, the policy's restarts included, and answers each with a Reply.
-        self.group = EnvGroup(envs, first_id=0, restart=config.policy.restarts_finished_envs)
+        self.group = EnvGroup(envs, first_id=0, restart=config.policy.restarts_finished_envs, timed=config.times_envs)
         self.num_envs = len(envs)
         self.single_observation_space, self.single_action_space = common_spaces(self.group.spaces())
         # One row per env: the front writes actions there, the group writes results.

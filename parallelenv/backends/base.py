@@ -29,6 +29,8 @@ class BackendConfig:
     rebuilds_envs: bool = False
     # copy=False: results are the buffers themselves, which need no spare observation slots
     copy: bool | None = None
+    # stats=True: the env hosts time each env's steps and resets (parallelenv.timing.host_clock)
+    times_envs: bool = False
 
 
 class Backend(Protocol):

@@ -27,7 +27,8 @@ class DummyBackend(RunsInCaller):
             envs = make_envs(sources, first_id=0)
         if isinstance(envs, Failure):
             envs.raise_error()
-        self._group = EnvGroup(envs, first_id=0, restart=config.policy.restarts_finished_envs)
+        self._group = EnvGroup(envs, first_id=0, restart=config.policy.restarts_finished_envs,
+                               timed=config.times_envs)
         try:
             obs_space, action_space = common_spaces(self._group.spaces())
             self.buffers = Buffers.allocate(

@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
+from time import perf_counter
 from typing import Any
 
 import gymnasium as gym
@@ -41,6 +42,7 @@ from parallelenv.calls import (
 )
 from parallelenv.infos.keys import ENDED_STATE, RESET, RESET_INFO
 from parallelenv.state.capture import captured, restore_env
+from parallelenv.timing.host_clock import TIMES_ATTRIBUTE, HostClock
 
 # Observations are written in one assignment from the list of them when
 # their rows are a slice (a whole group's step): NumPy copies each into its
@@ -71,7 +73,7 @@ def _invoke(method: Any, argument: Any) -> Any:
 class EnvGroup:
     """A contiguous block of envs, ``first_id`` onwards, answering calls."""
 
-    def __init__(self, envs: list[gym.Env], first_id: int, restart: bool) -> None:
+    def __init__(self, envs: list[gym.Env], first_id: int, restart: bool, timed: bool = False) -> None:
         self.envs = envs
         self.first_id = first_id
         self.restart = restart
@@ -87,6 +89,10 @@ class EnvGroup:
             Rebuild: self._rebuild,
             Replay: self._replay,
         }
+        # ParallelEnv(stats=True): each env's step and reset times, and the time spent running calls.
+        self._clock = HostClock(self.all_ids) if timed else None
+        if timed:
+            self.run = self._timed_run  # type: ignore[method-assign]
 
     def spaces(self) -> list[SpacePair]:
         """Each env's observation and action space."""
@@ -109,6 +115,13 @@ class EnvGroup:
     def run(self, call: Call) -> Reply:
         return self._handlers[type(call)](call)
 
+    def _timed_run(self, call: Call) -> Reply:
+        began = perf_counter()
+        try:
+            return self._handlers[type(call)](call)
+        finally:
+            self._clock.busy_s += perf_counter() - began  # type: ignore[union-attr]
+
     def _write_obs_row(self, env_id: int, obs: Any) -> None:
         self.buffers.obs[env_id] = obs
 
@@ -121,9 +134,15 @@ class EnvGroup:
 
     def _reset(self, call: Reset) -> Reply:
         infos, failures = {}, []
+        clock = self._clock
         for env_id, seed, options in zip(call.env_ids, call.seeds, call.options, strict=True):
             try:
-                obs, info = self._env(env_id).reset(seed=seed, options=options)
+                if clock is None:
+                    obs, info = self._env(env_id).reset(seed=seed, options=options)
+                else:
+                    began = perf_counter()
+                    obs, info = self._env(env_id).reset(seed=seed, options=options)
+                    clock.resets[env_id].add(perf_counter() - began)
             except Exception as exc:
                 failures.append(Failure.from_exception(env_id, "reset", exc))
                 continue
@@ -144,13 +163,18 @@ class EnvGroup:
             actions = self._read_actions(rows)
         results = []
         failures: list[Failure] = []
-        restart = self.restart
+        restart, clock = self.restart, self._clock
         if self._ended_since_cleared:  # until an env's episode ends, below; rows of others may stay set
             self._ended[rows] = False  # type: ignore[index]
             self._ended_since_cleared = type(rows) is not slice
         for env_id, env, action in zip(ids, envs, actions, strict=True):
             try:
-                result = env.step(action)
+                if clock is None:
+                    result = env.step(action)
+                else:
+                    began = perf_counter()
+                    result = env.step(action)
+                    clock.steps[env_id].add(perf_counter() - began)
             except Exception as exc:
                 failures.append(Failure.from_exception(env_id, "step", exc))
                 continue
@@ -199,7 +223,10 @@ class EnvGroup:
             ended_state = obs.copy() if isinstance(obs, np.ndarray) else copy.deepcopy(obs)
         else:
             self.buffers.ended_obs[env_id] = obs
+        began = perf_counter()
         new_obs, reset_info = env.reset()
+        if self._clock is not None:
+            self._clock.resets[env_id].add(perf_counter() - began)
         if reset_info:
             info = {**info, RESET_INFO: reset_info}
         if ended is None:
@@ -230,6 +257,10 @@ class EnvGroup:
                 self._write_obs(env_id, obs)
 
     def _get_attr(self, call: GetAttr) -> Reply:
+        if call.name == TIMES_ATTRIBUTE:  # the host's clock (None where it keeps none), not the envs'
+            times = self._clock.read(call.env_ids) if self._clock is not None else dict.fromkeys(call.env_ids)
+            return Reply(GetAttr, call.env_ids, times)
+
         def get(env: gym.Env, env_id: int) -> Any:
             return env.get_wrapper_attr(call.name) if env.has_wrapper_attr(call.name) else None
 

@@ -28,6 +28,8 @@ from parallelenv.calls import NO_ARGUMENT, Call, CallMethod, Failure, GetAttr, R
 from parallelenv.infos.keys import ENDED_STATE, ENDED_STATE_MASK, RESET, RESET_MASK  # noqa: E402
 from parallelenv.tensor.compiled import FusedStep, resolve_mode  # noqa: E402
 from parallelenv.tensor.env import Rows, TensorEnv  # noqa: E402
+from parallelenv.timing.device_clock import DeviceClock  # noqa: E402
+from parallelenv.timing.host_clock import TIMES_ATTRIBUTE  # noqa: E402
 
 _MISSING = object()
 
@@ -75,15 +77,22 @@ class TensorBackend(RunsInCaller):
         self._every_env_ids = tuple(range(self.num_envs))
         mode = resolve_mode(compile, env.device)
         self._fused = None if mode is None else FusedStep(env, self._restarts, self._ended, self._done, mode)
+        self._clock = DeviceClock(env.device) if config.times_envs else None  # ParallelEnv(stats=True)
 
     def dispatch(self, call: Call) -> None:
         index = None if self._every_env(call.env_ids) else self._index(call.env_ids)
         try:
             if type(call) is Step:
-                info = self._step(index, call.live)
+                info = self._step(index, call.live) if self._clock is None else \
+                    self._clock.timed("step", lambda: self._step(index, call.live))
                 self._replies.append(Reply(Step, call.env_ids, {}, (), info))
             elif type(call) is Reset:
-                self._replies.append(Reply(Reset, call.env_ids, {}, info=self._reset(call, index)))
+                info = self._reset(call, index) if self._clock is None else \
+                    self._clock.timed("reset", lambda: self._reset(call, index))
+                self._replies.append(Reply(Reset, call.env_ids, {}, info=info))
+            elif type(call) is GetAttr and call.name == TIMES_ATTRIBUTE:  # the clock's, not the env's
+                times = self._clock.read(call.env_ids) if self._clock is not None else [None] * len(call.env_ids)
+                self._replies.append(Reply(GetAttr, call.env_ids, dict(zip(call.env_ids, times, strict=True))))
             else:
                 if self._fused is not None:
                     self._fused.invalidate()  # attributes may change: a captured graph would not see it

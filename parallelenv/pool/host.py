@@ -109,7 +109,7 @@ class WorkerHost:
     @_serve.register
     def _collect(self, request: Collect, payload: Any) -> WorkerReply:
         self._begun = True
-        return Chunk(self.version, self._vec.collect(request.num_steps), self._snapshot())
+        return Chunk(self.version, self._vec.collect(request.num_steps), self._snapshot(), self._timings())
 
     @_serve.register
     def _collect_episodes(self, request: CollectEpisodes, payload: Any) -> WorkerReply:
@@ -127,7 +127,11 @@ class WorkerHost:
                 batch = vec.collect_episode()
                 episodes.append(batch)
                 count += len(batch)
-        return Chunk(self.version, _first_episodes(episodes, request.num_episodes), self._snapshot())
+        return Chunk(self.version, _first_episodes(episodes, request.num_episodes), self._snapshot(), self._timings())
+
+    def _timings(self) -> Any:
+        """With the pool's stats on, the VecWorker's collection times since its last batch; else None."""
+        return self._vec.timings(recent=True) if self.spec.penv_options.get("stats") else None
 
     def _snapshot(self) -> bytes | str | None:
         """With the pool's snapshots on, the collection as it stands now, for a replacement; else None."""

@@ -120,6 +120,7 @@ class Chunk:
     policy_version: int
     data: Transitions | EpisodeBatch
     saved: bytes | str | None = None  # snapshots: the collection after it (VecWorker.saved, pickled), or why not
+    timings: Any = None  # stats: the VecWorker's CollectionTimes since its last batch
 
 
 @dataclass(frozen=True)

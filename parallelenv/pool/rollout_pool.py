@@ -44,6 +44,7 @@ from parallelenv.pool.messages import (
 from parallelenv.pool.replacing import ReplacesWorkers
 from parallelenv.pool.samples import Collected, LostWork, Samples
 from parallelenv.pool.saving import SavesPool
+from parallelenv.pool.timings import TimesPool, with_stats
 from parallelenv.pool.weights import check_update, pickle_policy, state_arrays
 from parallelenv.rollout.trajectories import Transitions
 from parallelenv.serialised import close_at_exit
@@ -69,7 +70,7 @@ class _Slot:
     unsaved: str = "no batch collected yet"  # why resume_from is None
 
 
-class RolloutPool(SavesPool, ReplacesWorkers):
+class RolloutPool(SavesPool, ReplacesWorkers, TimesPool):
     """Workers that each run a :class:`~parallelenv.rollout.VecWorker`, with garage's sampler calls.
 
     Args:
@@ -100,6 +101,8 @@ class RolloutPool(SavesPool, ReplacesWorkers):
         snapshots: each batch comes with its worker's collection after it, and a worker lost is
             replaced by one that goes on from there: no episode in flight is cut, nothing is lost
             (for envs whose state can be taken, see ``parallelenv.check_state``).
+        stats: the workers' ParallelEnvs measure, and :meth:`timings` sums their collections' policy,
+            envs and transport time, and says which bounds them.
     """
 
     def __init__(
@@ -124,6 +127,7 @@ class RolloutPool(SavesPool, ReplacesWorkers):
         start_method: str | None = None,
         actor_options: dict[str, Any] | None = None,
         snapshots: bool = False,
+        stats: bool = False,
     ) -> None:
         self._closed = True  # until the workers exist, close() has nothing to do
         sources = env_list(envs)
@@ -137,7 +141,7 @@ class RolloutPool(SavesPool, ReplacesWorkers):
         self.chunk_steps, self.prefetch, self.call_timeout = int(chunk_steps), int(prefetch), call_timeout
         self._start_timeout = float(start_timeout)
         self._healing = Healing("restart", "raise", max_restarts, restart_window)
-        self._snapshots = bool(snapshots)
+        self._snapshots, self._stats = bool(snapshots), bool(stats)
         groups = Groups(self.num_envs, num_workers).members
         self._workers_text = f"workers 0-{num_workers - 1}" if num_workers > 1 else "worker 0"
         payloads = pickle_sources(sources)
@@ -151,7 +155,7 @@ class RolloutPool(SavesPool, ReplacesWorkers):
         self._fleet = make_fleet(backend, start_method, actor_options)
         self._spec = WorkerSpec(
             worker=0, env_ids=(), env_payloads=(), policy_payload=b"", policy_version=0, para_mode=para_mode,
-            penv_options={"asynchronous": "restart", **(penv_options or {})},
+            penv_options=with_stats(penv_options, stats),
             worker_options={"max_episode_length": max_episode_length, "output": output}, seed=seed,
             snapshots=trusted_classes() if snapshots else None,
             shared_weights=self._fleet.share_weights(state_arrays(policy)),
@@ -383,6 +387,7 @@ class RolloutPool(SavesPool, ReplacesWorkers):
         elif isinstance(reply, Chunk):
             slot.version = reply.policy_version
             self._keep_snapshot(slot, reply)
+            self._count_times(reply.timings)
             self._ready.append((sent.call, Collected(slot.index, reply.policy_version, slot.env_ids, reply.data)))
         elif isinstance(reply, Saved):
             self._ready.append((sent.call, Collected(slot.index, slot.version, slot.env_ids, reply.data)))

@@ -43,7 +43,8 @@ device; the worker reads only rewards and done flags on the host, for its
 episode statistics and for resetting.
 """
 
+from parallelenv.rollout.timings import CollectionTimes
 from parallelenv.rollout.trajectories import EpisodeBatch, StepFields, Transitions
 from parallelenv.rollout.vec_worker import OUTPUTS, VecWorker
 
-__all__ = ["OUTPUTS", "EpisodeBatch", "StepFields", "Transitions", "VecWorker"]
+__all__ = ["OUTPUTS", "CollectionTimes", "EpisodeBatch", "StepFields", "Transitions", "VecWorker"]

@@ -17,12 +17,13 @@ from parallelenv.rollout.episode_record import EpisodeRecord
 from parallelenv.rollout.overlap import CollectsOverlapped
 from parallelenv.rollout.saving import SavesCollections
 from parallelenv.rollout.settling import Settled, Settler
+from parallelenv.rollout.timings import TimesCollections
 from parallelenv.rollout.trajectories import EpisodeBatch, StepFields, Transitions
 
 OUTPUTS = ("auto", "numpy", "torch")
 
 
-class VecWorker(CollectsOverlapped, SavesCollections):
+class VecWorker(CollectsOverlapped, SavesCollections, TimesCollections):
     """Runs an agent on a ParallelEnv and hands back transitions or whole episodes.
 
     Args:
@@ -360,8 +361,9 @@ class VecWorker(CollectsOverlapped, SavesCollections):
         """The agent's actions for the envs of ``rows`` (every env's slice, or a half's ids): as
         recorded (output format) and as the ParallelEnv takes them."""
         env_device = self._env_device if self._env_is_torch else None
-        action, env_action = agent_actions(self.policy, obs, np.arange(self.num_envs)[rows], self.num_envs,
-                                           self.penv.single_action_space, self._env_is_torch, env_device)
+        action, env_action = self._timed_policy(agent_actions, self.policy, obs, np.arange(self.num_envs)[rows],
+                                                self.num_envs, self.penv.single_action_space, self._env_is_torch,
+                                                env_device)
         return self._out(action), env_action
 
     # ------------------------------------------------------------------ formats

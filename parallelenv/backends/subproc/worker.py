@@ -56,15 +56,17 @@ def worker_main(
     no_warning: bool,
     linger_s: float,
     countdown: WorkerCountdown,
+    timed: bool = False,
 ) -> None:
-    """Entry point of a worker process; ``linger_s`` and ``countdown`` as in :func:`_serve`."""
+    """Entry point of a worker process; ``linger_s`` and ``countdown`` as in :func:`_serve`; ``timed``: keep
+    the envs' times (``ParallelEnv(stats=True)``)."""
     # Ctrl-C reaches the whole process group; the parent decides, and closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     tie_to_parent(conn)
     _schedule_as_batch_job()
     if no_warning:
         warnings.simplefilter("ignore")
-    group = _start(conn, payloads, first_id, restart)
+    group = _start(conn, payloads, first_id, restart, timed)
     if group is None:
         return
     shared = None
@@ -107,7 +109,7 @@ def _schedule_as_batch_job() -> None:
         pass
 
 
-def _start(conn: Connection, payloads: list[bytes], first_id: int, restart: bool) -> EnvGroup | None:
+def _start(conn: Connection, payloads: list[bytes], first_id: int, restart: bool, timed: bool) -> EnvGroup | None:
     """Build the envs and report their spaces, or report why not."""
     sources = []
     for offset, payload in enumerate(payloads):
@@ -120,7 +122,7 @@ def _start(conn: Connection, payloads: list[bytes], first_id: int, restart: bool
     if isinstance(envs, Failure):
         conn.send_bytes(wire.encode(envs))
         return None
-    group = EnvGroup(envs, first_id, restart)
+    group = EnvGroup(envs, first_id, restart, timed)
     try:
         conn.send_bytes(wire.encode(Ready(group.spaces())))
     except Exception as exc:  # unpicklable spaces

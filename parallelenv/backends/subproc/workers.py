@@ -74,7 +74,7 @@ def start_worker(ctx: Any, index: int, env_ids: list[int], payloads: list[bytes]
         target=worker_main,
         args=(
             child_conn, group_payloads, env_ids[0], config.policy.restarts_finished_envs, config.no_warning,
-            linger_s, countdown,
+            linger_s, countdown, config.times_envs,
         ),
         name=f"parallelenv-worker-{env_ids[0]}-{env_ids[-1]}",
         daemon=True,
