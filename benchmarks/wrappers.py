@@ -179,6 +179,28 @@ for _every in (100, 10):
              f"on_worker_failure='restart', snapshots={_every}")(
         functools.partial(ParallelEnvRunner, mode="subproc", on_worker_failure="restart", snapshots=_every))
 
+# The cost of measuring (ParallelEnv(stats=True)): cheetah8 and the 64-worker sleep workload are the bars.
+# stats= is passed only where the revision's ParallelEnv takes it, so that --against a revision from
+# before it compares measuring with that revision not measuring.
+
+
+def _stats_if_known(factories: Sequence[EnvFactory], **options: Any) -> ParallelEnvRunner:
+    import inspect
+
+    from parallelenv import ParallelEnv
+
+    if "stats" in inspect.signature(ParallelEnv).parameters:
+        options["stats"] = True
+    return ParallelEnvRunner(factories, **options)
+
+
+register("parallelenv-subproc-stats", SUBPROCESS, ours=True, requires=("parallelenv",), workloads=frozenset(),
+         note="as parallelenv-subproc, measuring where the time goes (stats=True)")(
+    functools.partial(_stats_if_known, mode="subproc"))
+register("parallelenv-subproc-counted-stats", SUBPROCESS, ours=True, requires=("parallelenv",), per_worker=True,
+         workloads=frozenset(), note="as parallelenv-subproc-counted, measuring where the time goes (stats=True)")(
+    functools.partial(_stats_if_known, mode="subproc", cores=_a_core_per_worker))
+
 
 register("ceiling", CEILING, workloads=frozenset({"cheetah8", "pong8"}),
          note="no wrapper: one bare process per core steps its share of the envs back to back, restarting "
