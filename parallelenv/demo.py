@@ -28,6 +28,8 @@ from parallelenv.backends import backend_names
 from parallelenv.extras import missing_extra
 
 DEFAULT_CHART = Path("build") / "parallelenv-demo.png"
+PART_COLOURS = {"wait": "#66c2a5", "send": "#fc8d62", "merge": "#8da0cb", "own": "#e78ac3"}
+PART_NAMES = {"wait": "envs (the wait)", "send": "send", "merge": "merge results", "own": "caller's own"}
 COLOURS = {"dummy": "#8da0cb", "subproc": "#66c2a5", "ray": "#fc8d62", "ray-subproc": "#fc8d62", "tensor": "#e78ac3"}
 
 
@@ -43,6 +45,8 @@ class Run:
     # The sum of every obs of each step: two backends agree when these do, over the steps both ran.
     checksums: list[float] = field(default_factory=list)
     error: str | None = None
+    # Where a batch step's time went, in seconds per batch step (ParallelEnv(stats=True), parallelenv.timing).
+    parts: dict[str, float] = field(default_factory=dict)
 
     def env_steps_per_s(self, num_envs: int) -> float:
         return self.steps * num_envs / self.stepping_s if self.stepping_s else 0.0
@@ -88,7 +92,8 @@ def run_backend(mode: str, actions: np.ndarray, seconds: float, starting: str = 
     run = Run(mode)
     say(f"{mode:>11}: starting{starting}")
     started = time.perf_counter()
-    with ParallelEnv.make("CartPole-v1", num_envs=num_envs, para_mode=mode, asynchronous="restart") as penv:
+    with ParallelEnv.make("CartPole-v1", num_envs=num_envs, para_mode=mode, asynchronous="restart",
+                          stats=True) as penv:
         penv.reset(seed=0)
         run.startup_s = time.perf_counter() - started
         say(f"{mode:>11}: started in {run.startup_s:.2f} s; stepping {len(actions)} steps or {seconds:g} s")
@@ -104,6 +109,7 @@ def run_backend(mode: str, actions: np.ndarray, seconds: float, starting: str = 
                 break
         run.stepping_s = time.perf_counter() - began
         run.steps = len(run.checksums)
+        run.parts = penv.stats().caller.per_batch_step()
         progress.close()
     say(f"{mode:>11}: {run.steps} steps in {run.stepping_s:.2f} s, "
         f"{run.env_steps_per_s(num_envs):,.0f} env-steps/s")
@@ -136,6 +142,14 @@ def print_table(runs: list[Run], num_envs: int) -> None:
         "than a round trip to another process: the process and Ray backends pay off on costlier envs\n"
         "(README.rst's Benchmarks; docs/guide/performance.rst); the tensor backend on thousands of envs."
     )
+    say("\nWhere a batch step's time goes, in microseconds (penv.stats(); docs/guide/timings.rst):\n")
+    say(f"| {'backend':<11} | {'wall':>9} | {'envs (wait)':>11} | {'send':>8} | {'merge':>8} | {'own':>8} |")
+    say(f"|{'-' * 13}|{'-' * 11}|{'-' * 13}|{'-' * 10}|{'-' * 10}|{'-' * 10}|")
+    for run in runs:
+        if run.error is None:
+            us = {part: seconds * 1e6 for part, seconds in run.parts.items()}
+            say(f"| {run.mode:<11} | {us['wall']:>9.1f} | {us['wait']:>11.1f} | {us['send']:>8.1f} "
+                f"| {us['merge']:>8.1f} | {us['own']:>8.1f} |")
     if any(run.mode.startswith("ray") for run in runs):
         say("The first Ray backend's start-up includes connecting to Ray, or starting a local cluster.")
     if any(run.mode == "tensor" and run.error is None for run in runs):
@@ -143,7 +157,7 @@ def print_table(runs: list[Run], num_envs: int) -> None:
 
 
 def draw_chart(path: Path, runs: list[Run], num_envs: int) -> None:
-    """Env-steps/s (log scale) and start-up seconds per backend, side by side, as a PNG."""
+    """Env-steps/s (log scale), start-up seconds and where a batch step's time goes, per backend, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed for a file, and none on a server
@@ -154,8 +168,8 @@ def draw_chart(path: Path, runs: list[Run], num_envs: int) -> None:
     colours = [COLOURS.get(mode, "#b3b3b3") for mode in modes]
     rates = [run.env_steps_per_s(num_envs) for run in shown]
     startups = [run.startup_s for run in shown]
-    fig, (speed, startup) = plt.subplots(1, 2, figsize=(10, 0.45 * len(shown) + 1.8), sharey=True,
-                                         gridspec_kw={"width_ratios": [3, 2]})
+    fig, (speed, startup, breakdown) = plt.subplots(1, 3, figsize=(14, 0.45 * len(shown) + 1.8), sharey=True,
+                                                    gridspec_kw={"width_ratios": [3, 2, 2]})
     speed.barh(modes, rates, color=colours)
     speed.set_xscale("log")  # on a linear scale dummy's CartPole bar would flatten ray's
     speed.set_xlim(10 ** math.floor(math.log10(min(rates) / 2)), max(rates) * 4)
@@ -168,11 +182,19 @@ def draw_chart(path: Path, runs: list[Run], num_envs: int) -> None:
     startup.set_xlabel("start-up s: construction and first reset")
     for position, seconds in enumerate(startups):
         startup.text(seconds, position, f"  {seconds:.2f}", va="center", fontsize=8)
+    left = np.zeros(len(shown))
+    for part, colour in PART_COLOURS.items():  # each part's share of the batch step's wall time
+        shares = np.array([100 * run.parts[part] / run.parts["wall"] if run.parts.get("wall") else 0.0 for run in shown])
+        breakdown.barh(modes, shares, left=left, color=colour, label=PART_NAMES[part])
+        left += shares
+    breakdown.set_xlim(0, 100)
+    breakdown.set_xlabel("% of a batch step (penv.stats())")
+    breakdown.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, frameon=False)
     fig.suptitle(f"parallelenv demo: CartPole-v1, {num_envs} envs, asynchronous='restart'; "
                  f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # the parts' legend sits below its panel
     plt.close(fig)
 
 
@@ -215,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError:
         say(f"\nNo chart: {missing_extra('the chart needs matplotlib', 'demo')}.")
         return
-    say(f"\nChart of env-steps/s and start-up per backend: {args.chart.resolve()}")
+    say(f"\nChart of env-steps/s, start-up and where a batch step's time goes per backend: {args.chart.resolve()}")
 
 
 if __name__ == "__main__":
