@@ -7,6 +7,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 
 from parallelenv import demo
 
@@ -18,8 +19,14 @@ def test_demo_prints_a_row_per_backend_and_draws_the_chart(no_leaks, capsys, tmp
     chart = tmp_path / "chart.png"
     demo.main(["--steps", "30", "--num-envs", "4", "--modes", *modes, "--chart", str(chart)])
     out, err = capsys.readouterr()
-    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ") and "backend" not in line}
+    speeds, parts = out.split("Where a batch step's time goes")
+    rows = {line.split("|")[1].strip(): line for line in speeds.splitlines() if line.startswith("| ") and "backend" not in line}
     assert sorted(rows) == sorted(modes)
+    breakdown = {line.split("|")[1].strip(): [float(cell) for cell in line.split("|")[2:-1]]
+                 for line in parts.splitlines() if line.startswith("| ") and "backend" not in line}
+    assert sorted(breakdown) == sorted(modes)
+    for wall, *each in breakdown.values():  # the parts of a batch step add up to its wall time
+        assert sum(each) == pytest.approx(wall, rel=0.1)
     assert rows["subproc"].rstrip(" |").endswith("yes")
     if "tensor" in rows:
         assert "n/a: own RNG" in rows["tensor"]
@@ -34,7 +41,7 @@ def test_demo_prints_a_row_per_backend_and_draws_the_chart(no_leaks, capsys, tmp
     import matplotlib.pyplot as plt
 
     image = plt.imread(chart)
-    assert image.shape[1] > image.shape[0] > 100 and image.std() > 0.05  # two panels of bars, not a blank page
+    assert image.shape[1] > image.shape[0] > 100 and image.std() > 0.05  # three panels of bars, not a blank page
 
 
 def test_a_backend_steps_for_the_seconds_given_at_most(no_leaks):
