@@ -223,9 +223,11 @@ class EnvGroup:
             ended_state = obs.copy() if isinstance(obs, np.ndarray) else copy.deepcopy(obs)
         else:
             self.buffers.ended_obs[env_id] = obs
-        began = perf_counter()
-        new_obs, reset_info = env.reset()
-        if self._clock is not None:
+        if self._clock is None:
+            new_obs, reset_info = env.reset()
+        else:
+            began = perf_counter()
+            new_obs, reset_info = env.reset()
             self._clock.resets[env_id].add(perf_counter() - began)
         if reset_info:
             info = {**info, RESET_INFO: reset_info}

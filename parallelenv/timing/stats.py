@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from parallelenv.timing.caller_clock import CallerReading
 from parallelenv.timing.host_clock import HostReading
@@ -167,7 +166,7 @@ def build_stats(window: str, seconds: float, readings: list[HostReading | None],
         same_host = then is not None and then.host_started == now.host_started
         earlier = then if same_host else None
         history = WHOLE if same_host or now.host_started <= window_began else \
-            f"since its host started {seconds_ago(now.alive_s)}"
+            f"since its host started {now.alive_s:.1f} s ago"
         envs.append(EnvTimes(env_id, now.step.since(earlier and earlier.step).summary(),
                              now.reset.since(earlier and earlier.reset).summary(), restarts[env_id], now.host, history))
         busy, alive = (now.busy_s - then.busy_s, now.alive_s - then.alive_s) if same_host else (now.busy_s, now.alive_s)
@@ -177,14 +176,3 @@ def build_stats(window: str, seconds: float, readings: list[HostReading | None],
     workers = tuple(WorkerTimes(worker.host, ids, worker.busy_s, worker.alive_s) for worker, ids in hosts.values())
     env_times = tuple(envs)
     return Stats(window, seconds, env_times, workers, CallerTimes.of(caller), stragglers(env_times))
-
-
-def seconds_ago(seconds: float) -> str:
-    return f"{seconds:.1f} s ago"
-
-
-def merged_summary(summaries: list[dict[str, Any]]) -> dict[str, float]:
-    """Count and mean of several envs' summaries together (the rest is not additive: the largest max)."""
-    count = sum(s["count"] for s in summaries)
-    mean = sum(s["mean"] * s["count"] for s in summaries) / count if count else 0.0
-    return {"count": count, "mean": mean, "max": max((s["max"] for s in summaries), default=0.0)}
