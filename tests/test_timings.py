@@ -141,6 +141,7 @@ def test_the_live_line_writes_on_a_terminal_only(make_penv):
         penv.step(np.zeros(2, dtype=np.int64))
     assert terminal.getvalue().count("\r") == 3 and "env-steps/s" in terminal.getvalue()
     assert log.getvalue() == ""
+    assert penv.stats(recent=True).caller.batch_steps == 3  # the live line reads a window of its own
 
 
 def test_a_live_line_that_fails_turns_itself_off_and_the_step_goes_on(make_penv):

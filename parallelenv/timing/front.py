@@ -31,7 +31,7 @@ class ShowsStats:
         self._caller_clock = CallerClock(self._backend, self._calls)
         self._window_starts: dict[str, tuple[float, float, list[Any], CallerReading | None]] = {}
         now = (time.time(), time.perf_counter(), [None] * self._backend.num_envs, None)
-        self._window_starts = {"run": now, "recent": now}
+        self._window_starts = {"run": now, "recent": now, "live": now}
         if stats == "live":
             self._live = LiveLine(self)
             self._caller_clock.after_step = self._live.after_step
@@ -44,9 +44,13 @@ class ShowsStats:
         its parts per batch step, and the stragglers (see :class:`~parallelenv.timing.Stats`). It
         reads every host's clock: one round trip, between two steps.
         """
+        return self._read_stats("recent" if recent else "run")
+
+    def _read_stats(self, window: str) -> Stats:
+        """The stats of ``window``: "run" (from its start on), or "recent" and the live line's own
+        (from the previous reading of that window on, which this reading ends)."""
         if self._caller_clock is None:
             raise RuntimeError("stats are off: make the ParallelEnv with stats=True (or 'live') to measure")
-        window = "recent" if recent else "run"
         readings = self.get_env_attr(TIMES_ATTRIBUTE)  # type: ignore[attr-defined]
         caller = self._caller_clock.read()
         began_wall, began, marks, caller_mark = self._window_starts[window]
@@ -56,8 +60,8 @@ class ShowsStats:
             for env_id in failure.env_ids:
                 restarts[env_id] += 1
         stats = build_stats(window, now - began, readings, marks, caller.since(caller_mark), restarts, began_wall)
-        if recent:
-            self._window_starts["recent"] = (time.time(), now, readings, caller)
+        if window != "run":
+            self._window_starts[window] = (time.time(), now, readings, caller)
         return stats
 
     def reset_stats(self) -> None:
@@ -66,4 +70,4 @@ class ShowsStats:
             raise RuntimeError("stats are off: make the ParallelEnv with stats=True (or 'live') to measure")
         start = (time.time(), time.perf_counter(), self.get_env_attr(TIMES_ATTRIBUTE),  # type: ignore[attr-defined]
                  self._caller_clock.read())
-        self._window_starts = {"run": start, "recent": start}
+        self._window_starts = {"run": start, "recent": start, "live": start}

@@ -32,7 +32,7 @@ class LiveLine:
         try:
             if self._penv._calls.outstanding:
                 return
-            line = self._penv.stats(recent=True).line()
+            line = self._penv._read_stats("live").line()  # its own window: the caller's stats(recent=True) stay whole
             self._stream.write("\r\033[K" + line)
             self._stream.flush()
         except Exception as exc:  # noqa: BLE001  (a display never stops a training loop)

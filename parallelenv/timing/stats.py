@@ -82,7 +82,7 @@ class Stats:
     """Where the time went over ``seconds``: the whole run (since the start or ``reset_stats()``), or
     the window since the previous ``stats(recent=True)``."""
 
-    window: str  # "run" or "recent"
+    window: str  # "run", "recent" (or "live": the live line's)
     seconds: float
     envs: tuple[EnvTimes, ...]
     workers: tuple[WorkerTimes, ...]
