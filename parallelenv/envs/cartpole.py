@@ -73,18 +73,27 @@ class CartPole(TensorEnv):
         self._scratch = torch.empty(7, num_envs, dtype=dtype, device=self.device).unbind(0)
         self._flag = torch.empty(num_envs, dtype=torch.bool, device=self.device)
         self._constants_of: tuple[float, ...] | None = None
-        self._constant_tensors: dict[str, torch.Tensor] = {}
+        # Made here: made by a compiled step's first trace, they would make its second call trace again.
+        self._constant_tensors: dict[str, torch.Tensor] = self._constants
 
     def reset_envs(self, rows: Rows, options: dict[str, Any] | None) -> None:
         low, high = reset_bounds(options, -0.05, 0.05)
         start = self.rng.uniform((4,), low, high, rows, dtype=self.dtype)
-        if rows is not None and rows.dtype == torch.bool and torch.compiler.is_compiling():
-            # Into the columns' own tensor: writing through the row-major view costs a compiled step a pass.
-            self._state_columns.copy_(torch.where(rows, start.t(), self._state_columns))
-        else:
-            put_rows(self.state, rows, start)
-        put_rows(self.obs, rows, start)
         fill_rows(self.elapsed, rows, 0)
+        if rows is not None and rows.dtype == torch.bool and torch.compiler.is_compiling():
+            self._restart_compiled(rows, start)
+            return
+        put_rows(self.state, rows, start)
+        put_rows(self.obs, rows, start)
+
+    def _restart_compiled(self, rows: torch.Tensor, start: torch.Tensor) -> None:
+        """The restart of a compiled step, column by column from the step's own values: read back from
+        the state tensor, they would be a second pass over it (or the step's math again for each column)."""
+        columns = self._stepped if self._stepped is not None else self._state_columns.unbind(0)
+        self._stepped = None
+        state = torch.stack([torch.where(rows, start[:, i], column) for i, column in enumerate(columns)])
+        self._state_columns.copy_(state)
+        self.obs.copy_(state.t())
 
     def step_envs(self, actions: torch.Tensor) -> None:
         if torch.compiler.is_compiling():
@@ -120,7 +129,7 @@ class CartPole(TensorEnv):
     def _step_compiled(self, actions: torch.Tensor) -> None:
         """:meth:`step_envs` as pure operations, the same ones in the same order (the same bits), for a
         compiled step: writes into scratch and column views would each be a pass of their own there."""
-        x, x_dot, theta, theta_dot = self._columns
+        x, x_dot, theta, theta_dot = self._state_columns.unbind(0)  # not the views: one input, not five
         k = self._constants
         force = actions * k["2 force / total"] - k["force / total"]
         sin, cos = torch.sin(theta), torch.cos(theta)
@@ -128,9 +137,11 @@ class CartPole(TensorEnv):
         thetaacc = (sin * k["gravity"] - cos * temp) / (cos * cos * k["-length masspole / total"] + k["4/3 length"])
         xacc = temp - thetaacc * cos * k["pml / total"]
         tau = k["tau"]
-        state = torch.stack([x + x_dot * tau, x_dot + xacc * tau, theta + theta_dot * tau, theta_dot + thetaacc * tau])
+        columns = (x + x_dot * tau, x_dot + xacc * tau, theta + theta_dot * tau, theta_dot + thetaacc * tau)
+        state = torch.stack(columns)
         self._state_columns.copy_(state)
-        self.terminated.copy_((state[0].abs() > k["x_threshold"]) | (state[2].abs() > k["theta_threshold"]))
+        self._stepped = columns  # for a restart in the same compiled step (TensorEnv._stepped)
+        self.terminated.copy_((columns[0].abs() > k["x_threshold"]) | (columns[2].abs() > k["theta_threshold"]))
         self.elapsed.add_(k["1"])
         self.truncated.copy_(self.elapsed >= k["max_episode_steps"])
         self.reward.fill_(1.0)

@@ -66,6 +66,9 @@ class Pendulum(TensorEnv):
         self._observe()
 
     def step_envs(self, actions: torch.Tensor) -> None:
+        if torch.compiler.is_compiling():
+            self._step_compiled(actions)
+            return
         cost, term = self._scratch.unbind(0)
         # The torque's terms in the action's float32, as Gymnasium's NumPy computes them.
         u = torch.clamp(actions[:, 0], -self.max_torque, self.max_torque, out=self._torque)
@@ -85,7 +88,27 @@ class Pendulum(TensorEnv):
         torch.ge(self.elapsed, self.max_episode_steps, out=self.truncated)
         self._observe()
 
+    def _step_compiled(self, actions: torch.Tensor) -> None:
+        """:meth:`step_envs` as pure operations, the same ones in the same order (the same bits), for a
+        compiled step: writes into the scratch rows, views of one tensor, would each be a pass there."""
+        theta, theta_dot = self.theta, self.theta_dot
+        u = torch.clamp(actions[:, 0], -self.max_torque, self.max_torque).to(self._torque.dtype)
+        wrapped = theta - ((theta + math.pi) / (2 * math.pi)).floor() * (2 * math.pi)
+        cost = wrapped.square() + theta_dot.square() * 0.1 + u.square() * 0.001
+        self.reward.copy_(-cost)
+        term = torch.sin(theta) * (3 * self.g / (2 * self.l)) + u * (3.0 / (self.m * self.l**2))
+        theta_dot = (theta_dot + term * self.dt).clamp(-self.max_speed, self.max_speed)
+        theta = theta + theta_dot * self.dt
+        self.theta.copy_(theta)
+        self.theta_dot.copy_(theta_dot)
+        self.elapsed += 1
+        self.truncated.copy_(self.elapsed >= self.max_episode_steps)
+        self._observe()
+
     def _observe(self) -> None:
+        if torch.compiler.is_compiling():
+            self.obs.copy_(torch.stack([torch.cos(self.theta), torch.sin(self.theta), self.theta_dot]).t())
+            return
         # Column by column into a contiguous scratch, then one copy: a compiled step takes no strided out=.
         cos, sin, theta_dot = self._obs_columns.unbind(0)
         torch.cos(self.theta, out=cos)

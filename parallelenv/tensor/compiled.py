@@ -73,7 +73,10 @@ class FusedStep:
         if "inductor" in mode:
             # fullgraph: a step that breaks the graph would run part eager, part compiled, the worst of both;
             # it raises instead, and runs eager whole. dynamic=False: a batch's size never changes.
-            self._compiled = torch.compile(self._run, fullgraph=True, dynamic=False)
+            self._fused = torch.compile(self._traced, fullgraph=True, dynamic=False)
+            # The flags travel as uint8 views: see _traced.
+            self._flags = tuple(flag.view(torch.uint8) for flag in (env.terminated, env.truncated, done))
+            self._compiled = self._run_compiled
         self._graphs: dict[bool, _Graph] = {}  # by whether a live mask is given
         self._timed: set[bool] = set()
         self._fallen_back = False
@@ -118,8 +121,38 @@ class FusedStep:
         return graph(actions, live)
 
     def _run(self, actions: torch.Tensor, live: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        """The step as eager code, the function that is compiled; the same as the tensor backend's
-        eager road (TensorBackend._step and _finish) for a step of every env."""
+        """The step as eager code; the same as the tensor backend's eager road (TensorBackend._step and
+        _finish) for a step of every env."""
+        infos, done = self._step_and_restart(actions, live)
+        if done is not None:
+            self.done.copy_(done)
+        return infos
+
+    def _run_compiled(self, actions: torch.Tensor, live: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        return self._fused(actions, None if live is None else live.view(torch.uint8), *self._flags)
+
+    def _traced(self, actions: torch.Tensor, live: torch.Tensor | None, terminated: torch.Tensor,
+                truncated: torch.Tensor, done: torch.Tensor) -> dict[str, torch.Tensor]:
+        """:meth:`_run` as it is compiled, the bool tensors (``live``, the env's flags, ``done``) given as
+        uint8 views of themselves: inductor's CPU loops load and store bools an element at a time, ten
+        times the cost of the whole rest of a CartPole step, and uint8 through int32 at full width.
+        The env steps with flags of the graph's own, written once at the end."""
+        env = self.env
+        outputs = env.terminated, env.truncated
+        env.terminated, env.truncated = _as_bool(terminated), _as_bool(truncated)
+        infos, ended = self._step_and_restart(actions, None if live is None else _as_bool(live))
+        terminated.copy_(_as_uint8(env.terminated))
+        truncated.copy_(_as_uint8(env.truncated))
+        if ended is not None:
+            done.copy_(_as_uint8(ended))
+        env.terminated, env.truncated = outputs
+        env._stepped = None
+        return infos
+
+    def _step_and_restart(
+        self, actions: torch.Tensor, live: torch.Tensor | None,
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        """The step's infos (copies) and, with restarts, the mask of the envs that ended and restarted."""
         env = self.env
         if live is None:
             env.infos = {}
@@ -127,15 +160,16 @@ class FusedStep:
         else:
             env.step_where(actions, live)
         infos = {key: value.clone() for key, value in env.infos.items()}
-        if self.restarts:
-            done = torch.logical_or(env.terminated, env.truncated, out=self.done)
-            if live is not None:
-                done &= live
-            self.ended.copy_(env.obs)
-            # A mask, not an index: an index's length is data the host would have to wait for.
-            env.reset_rows(done)
-            env.infos = {}
-        return infos
+        if not self.restarts:
+            return infos, None
+        done = torch.logical_or(env.terminated, env.truncated)
+        if live is not None:
+            done &= live
+        self.ended.copy_(env.obs)
+        # A mask, not an index: an index's length is data the host would have to wait for.
+        env.reset_rows(done)
+        env.infos = {}
+        return infos, done
 
     def _fall_back(self, exc: Exception) -> None:
         self._fallen_back = True
@@ -185,6 +219,14 @@ class _Graph:
             self.infos = self.run(self.actions, self.live)
         self.graph = graph
         return infos
+
+
+def _as_bool(flags: torch.Tensor) -> torch.Tensor:
+    return flags.to(torch.int32) != 0
+
+
+def _as_uint8(mask: torch.Tensor) -> torch.Tensor:
+    return mask.to(torch.int32).to(torch.uint8)
 
 
 def _same_kind(a: torch.Tensor, b: Any) -> bool:

@@ -125,6 +125,10 @@ class TensorEnv:
     single_action_space: gym.Space
     state_fields: tuple[str, ...] = ()
     metadata: ClassVar[dict[str, Any]] = {}
+    #: Inside a compiled step only: values the step leaves for a restart in the same step, which reads
+    #: them instead of the tensors they were written to (the compiled step then makes one pass, not
+    #: two); the compiled step sets it back to None at its end.
+    _stepped: Any = None
 
     def __init__(self, num_envs: int, device: torch.device | str | None = None) -> None:
         if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
