@@ -253,9 +253,9 @@ class TensorEnv:
         self.infos = {}
         self.step_envs(actions)
         torch.where(mask, self.rng.counter, counter, out=self.rng.counter)
+        others = ~mask
         for name, before in zip(names, kept, strict=True):
-            now = getattr(self, name)
-            torch.where(mask.view(-1, *[1] * (now.dim() - 1)), now, before, out=now)
+            put_rows(getattr(self, name), others, before)  # a column-major state too, in a compiled step
 
     def get_state(self, ids: torch.Tensor) -> list[Any]:
         """The state of each env of ``ids`` (an index tensor): its rows of ``state_fields`` and of its

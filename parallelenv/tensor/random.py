@@ -227,13 +227,38 @@ class CounterRNG:
             if multiplier is not None:
                 h = h * multiplier
         unit = ((h >> 8) & 0xFFFFFF).to(dtype) * ((high - low) * _TO_UNIT) + low
+        self._advance(rows, indexed)
+        return unit.t().reshape(len(key), *shape) if len(shape) != 1 else unit.t()
+
+    def uniform_columns(
+        self, size: int, low: float, high: float, rows: torch.Tensor | None = None, dtype: torch.dtype = torch.float32,
+    ) -> list[torch.Tensor]:
+        """``uniform((size,), low, high, rows, dtype).unbind(1)``, the same bits, each draw's column its own
+        tensor: in a compiled step, where a ``(num_envs, size)`` draw would be a pass of its own, a row at a
+        time, when read more than once."""
+        if not torch.compiler.is_compiling():
+            return list(self.uniform((size,), low, high, rows, dtype).unbind(1))
+        indexed = rows is not None and rows.dtype != torch.bool
+        key, counter = (self.key[rows], self.counter[rows]) if indexed else (self.key, self.counter)
+        base = key + counter * _M1
+        columns = []
+        for lane in range(size):
+            h = base + _wrap(_M2 * (lane + 1))
+            for shift, multiplier in ((16, _M1), (13, _M2), (16, None)):
+                h = h ^ ((h >> shift) & ((1 << (32 - shift)) - 1))
+                if multiplier is not None:
+                    h = h * multiplier
+            columns.append(((h >> 8) & 0xFFFFFF).to(dtype) * ((high - low) * _TO_UNIT) + low)
+        self._advance(rows, indexed)
+        return columns
+
+    def _advance(self, rows: torch.Tensor | None, indexed: bool) -> None:
         if rows is None:
             self.counter += 1
         elif indexed:
             self.counter.index_add_(0, rows, torch.ones_like(rows, dtype=torch.int32))
         else:
             self.counter += rows
-        return unit.t().reshape(len(key), *shape) if len(shape) != 1 else unit.t()
 
     def _buffers(self, size: int, dtype: torch.dtype, count: int) -> tuple[torch.Tensor, ...]:
         """Scratch tensors for ``size`` draws for up to ``num_envs`` envs, allocated on first use."""
