@@ -90,7 +90,7 @@ def device_checks(torch: Any, device: str) -> list[dict[str, Any]]:
     checks = []
     for env_class in (CartPole, Pendulum, Chasing):
         envs = [env_class(CHECK_ENVS, device=where) for where in ("cpu", device)]
-        twins = [ParallelEnv(env, para_mode="tensor", asynchronous="restart") for env in envs]
+        twins = [ParallelEnv(env, para_mode="tensor", asynchronous="restart", compile=False) for env in envs]
         try:
             actions = _actions(torch, twins[0].single_action_space, CHECK_STEPS, CHECK_ENVS, "cpu")
             same_flags, ended = True, 0

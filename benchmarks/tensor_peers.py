@@ -24,6 +24,7 @@ on its first step.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -209,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[65_536, 1_048_576])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=0.5, help="about how long a repeat of eager torch runs")
-    parser.add_argument("--threads", type=int, default=1, help="torch's threads (gymnax's JAX takes its default)")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="torch's threads, eager and compiled alike (default: this process's cores; gymnax's "
+                             "JAX takes its own default)")
     parser.add_argument("--gymnax-python", type=Path, default=GYMNAX_PYTHON)
     args = parser.parse_args(argv)
     import torch

@@ -134,3 +134,33 @@ def test_only_the_tensor_backend_takes_compile():
 
     with pytest.raises(TypeError, match="compile"):
         ParallelEnv([lambda: gym.make("CartPole-v1")], para_mode="dummy", compile=True)
+
+
+def test_auto_compiles_the_shipped_envs_from_65536_envs_on_the_cpu_and_nothing_else():
+    from parallelenv.tensor.compiled import AUTO_MIN_ENVS, resolve_mode
+
+    assert AUTO_MIN_ENVS == 65_536
+    for env_class in (CartPole, Pendulum, Chasing):
+        assert resolve_mode("auto", env_class(AUTO_MIN_ENVS, device="cpu")) == "inductor"
+        assert resolve_mode("auto", env_class(AUTO_MIN_ENVS - 1, device="cpu")) is None
+    assert resolve_mode("auto", ReadsBack(AUTO_MIN_ENVS)) is None  # a user's env compiles when asked only
+    assert resolve_mode(False, CartPole(AUTO_MIN_ENVS, device="cpu")) is None
+
+
+def test_a_compile_auto_chose_is_said_once_as_a_warning(caplog):
+    import parallelenv.tensor.compiled as compiled
+
+    # The threshold lowered while the backend is built: 64 envs compile in seconds.
+
+    original = compiled.AUTO_MIN_ENVS
+    compiled.AUTO_MIN_ENVS = 64
+    try:
+        penv = ParallelEnv(CartPole(64, device="cpu"), para_mode="tensor", asynchronous="restart")
+    finally:
+        compiled.AUTO_MIN_ENVS = original
+    with penv, caplog.at_level("INFO", logger="parallelenv.tensor"):
+        penv.reset(seed=0)
+        for row in actions_for(penv.single_action_space, 3, 64):
+            penv.step(row)
+    said = [record for record in caplog.records if "compiled" in record.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING" and "compile='auto'" in said[0].getMessage()

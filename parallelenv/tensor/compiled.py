@@ -31,17 +31,27 @@ MODES = {
     "inductor": "torch.compile's inductor: the step's operations fused into a few loops or kernels",
     "inductor+graph": "inductor's kernels captured once in a CUDA graph and replayed (CUDA only)",
     "graph": "the eager step's kernels captured once in a CUDA graph and replayed (CUDA only)",
+    "auto": "the default: 'inductor' for an env whose class sets compiles_by_default (the shipped ones) with "
+            "at least AUTO_MIN_ENVS envs on the CPU, else eager",
 }
+
+#: The fewest envs "auto" compiles: below, on the CPU, a step is too short for its compile time (seconds)
+#: to pay back in a typical run, and the measured gain is smaller.
+AUTO_MIN_ENVS = 65_536
 
 
 class CompileFallbackWarning(ParallelEnvWarning):
     """A TensorEnv's step could not be compiled, or captured: it runs eager, as correct and slower."""
 
 
-def resolve_mode(compile: Any, device: torch.device) -> str | None:
-    """The mode ``compile`` asks for on ``device`` (None: eager), or a ValueError listing the valid ones."""
+def resolve_mode(compile: Any, env: TensorEnv) -> str | None:
+    """The mode ``compile`` asks for ``env`` (None: eager), or a ValueError listing the valid ones."""
     if compile is False or compile is None:
         return None
+    device = env.device
+    if compile == "auto":
+        compiles = type(env).compiles_by_default and device.type == "cpu" and env.num_envs >= AUTO_MIN_ENVS
+        return "inductor" if compiles and _has_inductor() else None
     cuda = device.type == "cuda"
     if compile is True:
         return "inductor+graph" if cuda else "inductor"
@@ -52,6 +62,14 @@ def resolve_mode(compile: Any, device: torch.device) -> str | None:
         raise ValueError(f"compile={compile!r} captures a CUDA graph, but the env is on {device}: use compile=True "
                          "or 'inductor'")
     return compile
+
+
+def _has_inductor() -> bool:
+    try:
+        import torch._inductor  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class FusedStep:
@@ -67,8 +85,11 @@ class FusedStep:
         mode: a value of :data:`MODES` as :func:`resolve_mode` gives it.
     """
 
-    def __init__(self, env: TensorEnv, restarts: bool, ended: torch.Tensor, done: torch.Tensor, mode: str) -> None:
+    def __init__(self, env: TensorEnv, restarts: bool, ended: torch.Tensor, done: torch.Tensor, mode: str,
+                 asked: bool = True) -> None:
         self.env, self.restarts, self.ended, self.done, self.mode = env, restarts, ended, done, mode
+        # A compile the caller did not ask for is said where it is seen (a warning-level log), once.
+        self._level = logging.INFO if asked else logging.WARNING
         self._compiled: Any = None
         if "inductor" in mode:
             # fullgraph: a step that breaks the graph would run part eager, part compiled, the worst of both;
@@ -103,8 +124,9 @@ class FusedStep:
         if started is not None:
             self._timed.add(live is not None)
             what = "its live-mask form" if live is not None else "the whole-batch step"
-            _log.info("parallelenv: compiled %s of %s (%d envs, %s) in %.1f s, once", what, type(self.env).__name__,
-                      self.env.num_envs, self.mode, time.perf_counter() - started)
+            _log.log(self._level, "parallelenv: compiled %s of %s (%d envs, %s) in %.1f s, once%s", what,
+                     type(self.env).__name__, self.env.num_envs, self.mode, time.perf_counter() - started,
+                     "" if self._level == logging.INFO else " (compile='auto'; compile=False runs eager)")
         return infos
 
     def invalidate(self) -> None:

@@ -125,6 +125,9 @@ class TensorEnv:
     single_action_space: gym.Space
     state_fields: tuple[str, ...] = ()
     metadata: ClassVar[dict[str, Any]] = {}
+    #: Whether the tensor backend's default, ``compile="auto"``, compiles this env's step (on the CPU, from
+    #: ``parallelenv.tensor.compiled.AUTO_MIN_ENVS`` envs): set where the compiled step was measured faster.
+    compiles_by_default: ClassVar[bool] = False
     #: Inside a compiled step only: values the step leaves for a restart in the same step, which reads
     #: them instead of the tensors they were written to (the compiled step then makes one pass, not
     #: two); the compiled step sets it back to None at its end.
