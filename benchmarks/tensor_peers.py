@@ -13,7 +13,8 @@ and auto-reset throughout:
 - the memory bound: a copy of the bytes a step must move (each state
   tensor read and written, the action read, the obs, reward, flags, last obs
   and ended mask written), as envs per second;
-- Pendulum and Chasing through ParallelEnv, eager and compiled.
+- Pendulum and Chasing through ParallelEnv, eager and compiled;
+- ``Walk``, a user's env written as ``TensorEnv``'s example writes one, eager and compiled.
 
 It prints a markdown table (medians, min..max) and each env's compile time
 on its first step.
@@ -46,6 +47,40 @@ def step_bytes(env: Any) -> int:
 
     state = sum(2 * row(getattr(env, name)) for name in env.state_fields)
     return state + row(env.actions) + 2 * row(env.obs) + FLAGS_BYTES
+
+
+def walk_class() -> Any:
+    """A user's env written as :class:`parallelenv.tensor.TensorEnv`'s example writes one (in place, into its
+    own tensors and the output buffers with ``out=``), which compiles unchanged."""
+    import torch
+    from gymnasium import spaces
+
+    from parallelenv.tensor import TensorEnv, fill_rows, put_rows
+
+    class Walk(TensorEnv):
+        single_observation_space = spaces.Box(-10.0, 10.0, (1,))
+        single_action_space = spaces.Discrete(2)
+        state_fields = ("position", "elapsed")
+
+        def __init__(self, num_envs: int, device: str = "cpu") -> None:
+            super().__init__(num_envs, device)
+            self.position = torch.zeros(num_envs, 1, device=self.device)
+            self.elapsed = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+
+        def reset_envs(self, rows: Any, options: Any) -> None:
+            put_rows(self.position, rows, self.rng.uniform((1,), -1.0, 1.0, rows))
+            fill_rows(self.elapsed, rows, 0)
+            self.obs.copy_(self.position)
+
+        def step_envs(self, actions: Any) -> None:
+            self.position.add_(actions[:, None] * 2 - 1).clamp_(-10.0, 10.0)
+            self.elapsed += 1
+            self.obs.copy_(self.position)
+            torch.abs(self.position[:, 0], out=self.reward)
+            torch.ge(self.reward, 10.0, out=self.terminated)
+            torch.ge(self.elapsed, 100, out=self.truncated)
+
+    return Walk
 
 
 class Ours:
@@ -159,7 +194,7 @@ def measure(sizes: list[int], repeats: int, step_seconds: float, gymnax: Path | 
     for num_envs in sizes:
         steps = max(10, int(step_seconds * 2e7 / num_envs))  # ~step_seconds a repeat at 20 M env-steps/s
         runners: dict[str, Any] = {}
-        for env_class in (CartPole, Pendulum, Chasing):
+        for env_class in (CartPole, Pendulum, Chasing, walk_class()):
             name = env_class.__name__
             runners[f"{name} eager"] = Ours(env_class, num_envs, steps, compile=False)
             runners[f"{name} compiled"] = compiled = Ours(env_class, num_envs, steps, compile=True)
