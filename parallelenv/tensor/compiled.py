@@ -6,8 +6,11 @@ its random draws, the copy of the last obs of the envs that ended and their
 restart become a few fused loops: torch.compile (inductor) on every device,
 and on CUDA the compiled step is captured once in a CUDA graph and replayed,
 one launch a step. The eager step is the reference: what is compiled is the
-same Python code, and an env whose step cannot be compiled runs eager, said
-once in a :class:`CompileFallbackWarning`.
+same Python code (the shipped envs take a branch of pure operations when
+compiled, the same operations in the same order), and an env whose step
+cannot be compiled runs eager, said once in a :class:`CompileFallbackWarning`.
+The tensor backend's default, ``compile="auto"``, compiles the shipped envs
+on the CPU from :data:`AUTO_MIN_ENVS` envs.
 """
 
 from __future__ import annotations
