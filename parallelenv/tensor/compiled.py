@@ -119,6 +119,9 @@ class FusedStep:
                     # turn into a failed compile.
                     warnings.simplefilter("ignore", DeprecationWarning)
                     infos = self._step(actions, live)
+        except _CaptureFailed as failed:  # the step ran before its capture failed: its results stand
+            self._fall_back(failed.cause)
+            return failed.infos
         except Exception as exc:
             if not _cannot_compile(exc):
                 raise
@@ -245,10 +248,21 @@ class _Graph:
             infos = self.run(self.actions, self.live)  # the step itself
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.infos = self.run(self.actions, self.live)
+        try:
+            with torch.cuda.graph(graph):
+                self.infos = self.run(self.actions, self.live)
+        except Exception as exc:
+            raise _CaptureFailed(exc, infos) from exc
         self.graph = graph
         return infos
+
+
+class _CaptureFailed(Exception):
+    """A step that ran, and whose capture after it failed: it is not to run again (the env stepped once)."""
+
+    def __init__(self, cause: Exception, infos: dict[str, torch.Tensor]) -> None:
+        super().__init__(str(cause))
+        self.cause, self.infos = cause, infos
 
 
 def _as_bool(flags: torch.Tensor) -> torch.Tensor:

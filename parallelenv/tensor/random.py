@@ -43,7 +43,6 @@ _M1_NP, _SHIFT_8_NP, _ONE_NP = np.uint32(_M1 & _MASK32), np.uint32(8), np.uint32
 _ROUNDS_NP = [(np.uint32(shift), None if m is None else np.uint32(m & _MASK32))
               for shift, m in ((16, _M1), (13, _M2), (16, None))]
 _NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
-_LANES = torch.tensor([_wrap(_M2 * (lane + 1)) for lane in range(64)], dtype=torch.int32)
 _LANES_NP = (np.arange(1, 65, dtype=np.uint64) * (_M2 & _MASK32) & _MASK32).astype(np.uint32)
 
 
@@ -220,8 +219,10 @@ class CounterRNG:
         NumPy would break the graph, and the compiler fuses the draws into the step's loop."""
         indexed = rows is not None and rows.dtype != torch.bool
         key, counter = (self.key[rows], self.counter[rows]) if indexed else (self.key, self.counter)
-        lanes = _LANES[:size].to(key.device)
-        h = (key + counter * _M1)[None, :] + lanes[:, None]
+        # Each lane's constant as a Python int: a tensor of them made on the host would be copied to the
+        # device inside the step, which a CUDA graph cannot capture.
+        base = key + counter * _M1
+        h = torch.stack([base + _wrap(_M2 * (lane + 1)) for lane in range(size)])
         for shift, multiplier in ((16, _M1), (13, _M2), (16, None)):
             h = h ^ ((h >> shift) & ((1 << (32 - shift)) - 1))
             if multiplier is not None:
