@@ -136,7 +136,7 @@ def test_only_the_tensor_backend_takes_compile():
         ParallelEnv([lambda: gym.make("CartPole-v1")], para_mode="dummy", compile=True)
 
 
-def test_auto_compiles_the_shipped_envs_from_65536_envs_on_the_cpu_and_nothing_else():
+def test_auto_compiles_the_shipped_envs_from_65536_envs_on_the_cpu():
     from parallelenv.tensor.compiled import AUTO_MIN_ENVS, resolve_mode
 
     assert AUTO_MIN_ENVS == 65_536
@@ -145,6 +145,24 @@ def test_auto_compiles_the_shipped_envs_from_65536_envs_on_the_cpu_and_nothing_e
         assert resolve_mode("auto", env_class(AUTO_MIN_ENVS - 1, device="cpu")) is None
     assert resolve_mode("auto", ReadsBack(AUTO_MIN_ENVS)) is None  # a user's env compiles when asked only
     assert resolve_mode(False, CartPole(AUTO_MIN_ENVS, device="cpu")) is None
+
+
+def test_auto_compiles_a_shipped_env_on_cuda_at_any_size_into_a_graph():
+    """What resolve_mode reads of an env, as a shipped env on a CUDA device has it (no device needed here)."""
+    import torch
+
+    from parallelenv.tensor.compiled import resolve_mode
+
+    class ShippedOnCuda:
+        compiles_by_default = True
+        device = torch.device("cuda", 0)
+        num_envs = 16
+
+    class YoursOnCuda(ShippedOnCuda):
+        compiles_by_default = False
+
+    assert resolve_mode("auto", ShippedOnCuda()) == "inductor+graph"
+    assert resolve_mode("auto", YoursOnCuda()) is None
 
 
 def test_a_compile_auto_chose_is_said_once_as_a_warning(caplog):

@@ -52,10 +52,14 @@ def resolve_mode(compile: Any, env: TensorEnv) -> str | None:
     if compile is False or compile is None:
         return None
     device = env.device
-    if compile == "auto":
-        compiles = type(env).compiles_by_default and device.type == "cpu" and env.num_envs >= AUTO_MIN_ENVS
-        return "inductor" if compiles and _has_inductor() else None
     cuda = device.type == "cuda"
+    if compile == "auto":
+        # On CUDA at every size: the captured graph launches a step's kernels at once (65,536 CartPoles
+        # went from 0.12 G to 2.7 G env-steps/s on an H200, the GPU check); on the CPU from AUTO_MIN_ENVS.
+        compiles = type(env).compiles_by_default and (cuda or env.num_envs >= AUTO_MIN_ENVS)
+        if not compiles or not _has_inductor():
+            return None
+        return "inductor+graph" if cuda else "inductor"
     if compile is True:
         return "inductor+graph" if cuda else "inductor"
     if not isinstance(compile, str) or compile not in MODES:
