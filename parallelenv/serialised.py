@@ -37,11 +37,12 @@ def one_caller_at_a_time(method: F) -> F:
     (:mod:`parallelenv.timing.caller_clock`); without, nothing is timed.
     """
     name = method.__name__
+    timed = name in ("step", "send", "recv")  # the calls a caller clock counts (timing.caller_clock)
 
     @functools.wraps(method)
     def serialised(self: Any, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
-            clock = getattr(self, "_caller_clock", None)
+            clock = getattr(self, "_caller_clock", None) if timed else None
             began = perf_counter() if clock is not None else 0.0
             try:
                 return method(self, *args, **kwargs)

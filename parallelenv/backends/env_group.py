@@ -120,7 +120,7 @@ class EnvGroup:
         try:
             return self._handlers[type(call)](call)
         finally:
-            self._clock.busy_s += perf_counter() - began  # type: ignore[union-attr]
+            self._clock.ran_call(perf_counter() - began)  # type: ignore[union-attr]
 
     def _write_obs_row(self, env_id: int, obs: Any) -> None:
         self.buffers.obs[env_id] = obs
@@ -164,6 +164,7 @@ class EnvGroup:
         results = []
         failures: list[Failure] = []
         restart, clock = self.restart, self._clock
+        step_times = clock.step_times if clock is not None else None
         if self._ended_since_cleared:  # until an env's episode ends, below; rows of others may stay set
             self._ended[rows] = False  # type: ignore[index]
             self._ended_since_cleared = type(rows) is not slice
@@ -174,7 +175,7 @@ class EnvGroup:
                 else:
                     began = perf_counter()
                     result = env.step(action)
-                    clock.steps[env_id].add(perf_counter() - began)
+                    step_times[env_id].append(perf_counter() - began)  # type: ignore[index]
             except Exception as exc:
                 failures.append(Failure.from_exception(env_id, "step", exc))
                 continue

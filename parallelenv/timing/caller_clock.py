@@ -25,8 +25,7 @@ from typing import Any
 
 from parallelenv.backends.base import RunsInCaller
 
-BATCH_CALLS = ("step", "recv")  # each hands over one batch of results
-TIMED_CALLS = ("step", "send", "recv")
+TIMED_CALLS = ("step", "send", "recv")  # step and recv each hand over one batch of results
 
 
 @dataclass
@@ -99,11 +98,12 @@ class CallerClock:
         return tracked
 
     def front_call(self, name: str, seconds: float) -> None:
-        """A serialised call of the front returned after ``seconds``."""
-        if name in TIMED_CALLS:
-            self.totals.wall += seconds
-            self.totals.batches += name in BATCH_CALLS
-            if name == "step" and self.after_step is not None:
+        """A serialised call of the front, one of TIMED_CALLS, returned after ``seconds``."""
+        totals = self.totals
+        totals.wall += seconds
+        if name != "send":  # step and recv each hand over a batch
+            totals.batches += 1
+            if self.after_step is not None and name == "step":
                 self.after_step()
 
     def read(self) -> CallerReading:

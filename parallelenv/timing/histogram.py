@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 BINS_PER_DOUBLING = 20
 SHORTEST_S = 2.0 ** -20  # about 1 µs: shorter durations count in the first bin
 NUM_BINS = 31 * BINS_PER_DOUBLING  # up to 2**10 s, about 17 minutes: longer ones count in the last
@@ -34,6 +36,18 @@ class Histogram:
             self.largest = seconds
         position = int((math.log2(seconds) + 20.0) * BINS_PER_DOUBLING) if seconds > SHORTEST_S else 0
         self.counts[position if position < NUM_BINS else NUM_BINS - 1] += 1
+
+    def add_many(self, seconds: list[float]) -> None:
+        """:meth:`add` of each duration, at once (a host keeps its envs' step times in a list, folded in
+        now and then: a list's append costs a step far less than a bin's arithmetic)."""
+        values = np.asarray(seconds, dtype=np.float64)
+        self.count += len(values)
+        self.total += float(values.sum())
+        self.largest = max(self.largest, float(values.max()))
+        positions = ((np.log2(np.maximum(values, SHORTEST_S)) + 20.0) * BINS_PER_DOUBLING).astype(np.int64)
+        positions[values <= SHORTEST_S] = 0
+        added = np.bincount(np.minimum(positions, NUM_BINS - 1), minlength=NUM_BINS)
+        self.counts = (np.asarray(self.counts, dtype=np.int64) + added).tolist()
 
     @property
     def mean(self) -> float:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from parallelenv.timing.histogram import Histogram
 
 TIMES_ATTRIBUTE = "__parallelenv_times__"
+FOLD_EVERY = 1024  # calls between two foldings of the step times kept in lists into their histograms
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,26 @@ class HostClock:
         self.busy_s = 0.0
         self.steps = {env_id: Histogram() for env_id in env_ids}
         self.resets = {env_id: Histogram() for env_id in env_ids}
+        # Each env's step times since the last folding: a step appends, and a folding (every FOLD_EVERY
+        # calls, and at each reading) bins them all at once.
+        self.step_times: dict[int, list[float]] = {env_id: [] for env_id in env_ids}
+        self.calls = 0
+
+    def ran_call(self, seconds: float) -> None:
+        self.busy_s += seconds
+        self.calls += 1
+        if self.calls >= FOLD_EVERY:
+            self.fold()
+
+    def fold(self) -> None:
+        self.calls = 0
+        for env_id, times in self.step_times.items():
+            if times:
+                self.steps[env_id].add_many(times)
+                times.clear()
 
     def read(self, env_ids: tuple[int, ...]) -> dict[int, HostReading]:
+        self.fold()
         host, alive = f"pid {os.getpid()}", time.perf_counter() - self._began
         return {env_id: HostReading(self.steps[env_id].copy(), self.resets[env_id].copy(), host, self.started,
                                     self.busy_s, alive) for env_id in env_ids}
