@@ -230,3 +230,18 @@ def test_the_tensor_backend_times_each_batch_step_on_its_device(no_leaks):
     assert stats.envs[0].host == "the caller's cpu" and stats.envs[0].step["p50"] > 0
     [device] = stats.workers
     assert device.env_ids == tuple(range(64)) and 0 < device.busy <= 1
+
+
+@pytest.mark.timeout(120)
+def test_a_recycled_workers_envs_start_a_history_of_their_own(no_leaks):
+    from parallelenv import Recycling
+
+    with ParallelEnv(sleepy_envs()[:4], para_mode="subproc", num_workers=2, stats=True, asynchronous="restart",
+                     recycle=Recycling(steps=5)) as penv:
+        penv.reset(seed=0)
+        for _ in range(8):
+            penv.step(np.zeros(4, dtype=np.int64))
+        stats = penv.stats()
+    for env in stats.envs:
+        assert env.restarts >= 1 and env.history.startswith("since its host started"), env
+        assert 0 < env.step["count"] < 8
