@@ -264,8 +264,8 @@ class _Graph:
 class _CaptureFailed(Exception):
     """A step that ran, and whose capture after it failed: it is not to run again (the env stepped once)."""
 
-    def __init__(self, cause: Exception, infos: dict[str, torch.Tensor]) -> None:
-        super().__init__(str(cause))
+    def __init__(self, cause: Exception, infos: dict[str, torch.Tensor] | None = None) -> None:
+        super().__init__(cause, infos)  # its arguments, so that it pickles whole as every error of ours does
         self.cause, self.infos = cause, infos
 
 
