@@ -125,3 +125,16 @@ def _refuse_what_no_one_takes(
         f"{given} {'is' if len(unknown) == 1 else 'are'} taken neither by para_mode={para_mode!r} ({backend}) "
         f"nor by {maker} (its keywords: {', '.join(sorted(taken_by_envs)) or 'none'})"
     )
+
+
+def forwarded_signature(penv_class: type) -> tuple[tuple[str, ...], inspect.Signature]:
+    """The keyword arguments of ParallelEnv (``penv_class``) that ParallelEnv.make passes on to it, and
+    make's signature stating them with their defaults (for help() and IDEs), both read from ``__init__``."""
+    options = [
+        parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for name, parameter in inspect.signature(penv_class.__init__).parameters.items()
+        if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name not in ("self", "envs", "para_mode")
+    ]
+    make = inspect.signature(penv_class.make)
+    *leading, backend_options, gym_kwargs = make.parameters.values()
+    return tuple(p.name for p in options), make.replace(parameters=[*leading, *options, backend_options, gym_kwargs])

@@ -8,7 +8,6 @@ No IPC happens here: the backend runs the calls, and
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 import time
 from collections.abc import Sequence
@@ -160,7 +159,7 @@ class ParallelEnv(EnvCalls, EnvStates, ShowsStats):
         sources = list(envs) if self._healing.rebuilds_envs else None
         try:
             refuse_without_workers(self._backend, para_mode, self._healing.restarts_workers, recycle)
-            journal = journal_for(snapshots, self._backend.num_envs, self._healing.restarts_workers or recycle is not None)
+            journal = journal_for(snapshots, self._backend.num_envs, config.restarts_workers)
             self._calls = InFlight(self._backend, self._policy, call_timeout, self._healing, sources, recycle, journal)
             self._to_torch = converter(output, device, self._calls.arrays.native_output, self._backend, para_mode)
             self._start_stats(stats)
@@ -386,17 +385,5 @@ class ParallelEnv(EnvCalls, EnvStates, ShowsStats):
         return results
 
 
-def _forwarded_signature() -> tuple[tuple[str, ...], inspect.Signature]:
-    """The keyword arguments of ParallelEnv that ParallelEnv.make passes on to it, and make's signature
-    stating them with their defaults (for help() and IDEs), both read from ``__init__``."""
-    options = [
-        parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-        for name, parameter in inspect.signature(ParallelEnv.__init__).parameters.items()
-        if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name not in ("self", "envs", "para_mode")
-    ]
-    make = inspect.signature(ParallelEnv.make)
-    *leading, backend_options, gym_kwargs = make.parameters.values()
-    return tuple(p.name for p in options), make.replace(parameters=[*leading, *options, backend_options, gym_kwargs])
-
-
-_OPTIONS, ParallelEnv.make.__func__.__signature__ = _forwarded_signature()  # type: ignore[attr-defined]
+_OPTIONS, _MAKE_SIGNATURE = make_options.forwarded_signature(ParallelEnv)
+ParallelEnv.make.__func__.__signature__ = _MAKE_SIGNATURE  # type: ignore[attr-defined]

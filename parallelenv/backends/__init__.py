@@ -19,8 +19,8 @@ __all__ = [
 _REGISTRY: dict[str, Union[BackendFactory, str]] = {
     "dummy": "parallelenv.backends.dummy:DummyBackend",
     "subproc": "parallelenv.backends.subproc.backend:SubprocBackend",
-    "ray": "parallelenv.backends.ray.backend:make_ray",
-    "ray-subproc": "parallelenv.backends.ray.backend:make_ray_subproc",
+    "ray": "parallelenv.backends.ray.para_modes:make_ray",
+    "ray-subproc": "parallelenv.backends.ray.para_modes:make_ray_subproc",
     "tensor": "parallelenv.backends.tensor:TensorBackend",
 }
 
