@@ -85,32 +85,43 @@ def run_tests(device_note: str) -> list[TestRun]:
 def device_checks(torch: Any, device: str) -> list[dict[str, Any]]:
     """Each shipped tensor env on ``device`` and on the CPU, same seed, same actions: how far apart."""
     from parallelenv import ParallelEnv
+
+    def check(env_class: Any, twins: list[Any]) -> dict[str, Any]:
+        envs = [env_class(CHECK_ENVS, device=where) for where in ("cpu", device)]
+        twins.extend(ParallelEnv(env, para_mode="tensor", asynchronous="restart", compile=False) for env in envs)
+        actions = _actions(torch, twins[0].single_action_space, CHECK_STEPS, CHECK_ENVS, "cpu")
+        same_flags, ended = True, 0
+        obs = [penv.reset(seed=7)[0] for penv in twins]
+        worst = float((obs[0] - obs[1].cpu()).abs().max())
+        for row in actions:
+            # Each step from the same state: over an episode a last-bit difference grows chaotically
+            # (one ulp of Pendulum's angle is 0.6 apart in 200 steps on the CPU alone), which says
+            # nothing of the kernels.
+            for name in envs[0].state_fields:
+                getattr(envs[1], name).copy_(getattr(envs[0], name))
+            (cpu_obs, cpu_rew, cpu_term, cpu_trunc, _), (dev_obs, dev_rew, dev_term, dev_trunc, _) = (
+                twins[0].step(row), twins[1].step(row.to(device)))
+            worst = max(worst, float((cpu_obs - dev_obs.cpu()).abs().max()),
+                        float((cpu_rew - dev_rew.cpu()).abs().max()))
+            same_flags &= bool(torch.equal(cpu_term, dev_term.cpu()) and torch.equal(cpu_trunc, dev_trunc.cpu()))
+            ended += int((cpu_term | cpu_trunc).sum())
+        return {"env": env_class.__name__, "max_difference": worst, "same_flags": same_flags,
+                "episodes_ended": ended, "ok": same_flags and worst <= CHECK_ATOL}
+
+    return _each_shipped_env(check)
+
+
+def _each_shipped_env(check: Any) -> list[dict[str, Any]]:
+    """``check(env_class, twins)``'s row for each shipped tensor env; the ParallelEnvs it puts in ``twins``
+    are closed after it. An env whose check raises is a row of the report, and the others still run."""
     from parallelenv.envs import CartPole, Chasing, Pendulum
 
     checks = []
     for env_class in (CartPole, Pendulum, Chasing):
-        envs = [env_class(CHECK_ENVS, device=where) for where in ("cpu", device)]
-        twins = [ParallelEnv(env, para_mode="tensor", asynchronous="restart", compile=False) for env in envs]
+        twins: list[Any] = []
         try:
-            actions = _actions(torch, twins[0].single_action_space, CHECK_STEPS, CHECK_ENVS, "cpu")
-            same_flags, ended = True, 0
-            obs = [penv.reset(seed=7)[0] for penv in twins]
-            worst = float((obs[0] - obs[1].cpu()).abs().max())
-            for row in actions:
-                # Each step from the same state: over an episode a last-bit difference grows chaotically
-                # (one ulp of Pendulum's angle is 0.6 apart in 200 steps on the CPU alone), which says
-                # nothing of the kernels.
-                for name in envs[0].state_fields:
-                    getattr(envs[1], name).copy_(getattr(envs[0], name))
-                (cpu_obs, cpu_rew, cpu_term, cpu_trunc, _), (dev_obs, dev_rew, dev_term, dev_trunc, _) = (
-                    twins[0].step(row), twins[1].step(row.to(device)))
-                worst = max(worst, float((cpu_obs - dev_obs.cpu()).abs().max()),
-                            float((cpu_rew - dev_rew.cpu()).abs().max()))
-                same_flags &= bool(torch.equal(cpu_term, dev_term.cpu()) and torch.equal(cpu_trunc, dev_trunc.cpu()))
-                ended += int((cpu_term | cpu_trunc).sum())
-            checks.append({"env": env_class.__name__, "max_difference": worst, "same_flags": same_flags,
-                           "episodes_ended": ended, "ok": same_flags and worst <= CHECK_ATOL})
-        except Exception as exc:  # a failing env is a row of the report, the others still run
+            checks.append(check(env_class, twins))
+        except Exception as exc:
             checks.append({"env": env_class.__name__, "error": f"{type(exc).__name__}: {exc}"[:300], "ok": False})
         finally:
             for penv in twins:
@@ -132,38 +143,31 @@ def compiled_checks(torch: Any, device: str) -> list[dict[str, Any]]:
     """Each shipped tensor env on ``device``, compile=True against eager, same seed, same actions, each step
     from the eager env's state: the same flags every step, values within COMPILED_RTOL / COMPILED_ATOL."""
     from parallelenv import ParallelEnv
-    from parallelenv.envs import CartPole, Chasing, Pendulum
 
-    checks = []
-    for env_class in (CartPole, Pendulum, Chasing):
+    def check(env_class: Any, twins: list[Any]) -> dict[str, Any]:
         envs = [env_class(CHECK_ENVS, device=device) for _ in range(2)]
-        twins = [ParallelEnv(env, para_mode="tensor", asynchronous="restart", compile=compile)
-                 for env, compile in zip(envs, (False, True), strict=True)]
-        try:
-            actions = _actions(torch, twins[0].single_action_space, COMPILED_STEPS, CHECK_ENVS, device)
-            same_flags, ended, worst = True, 0, 0.0
-            obs = [penv.reset(seed=7)[0] for penv in twins]
-            same_flags &= bool(torch.equal(obs[0], obs[1]))
-            for row in actions:
-                for name in envs[0].state_fields:
-                    getattr(envs[1], name).copy_(getattr(envs[0], name))
-                want, got = twins[0].step(row), twins[1].step(row)
-                for a, b in zip(want[:2], got[:2], strict=True):
-                    excess = (b - a).abs() - COMPILED_RTOL * a.abs()
-                    worst = max(worst, float(excess.max()))
-                same_flags &= all(bool(torch.equal(a, b)) for a, b in zip(want[2:4], got[2:4], strict=True))
-                same_flags &= bool(torch.equal(want[4]["_ended_state"], got[4]["_ended_state"]))
-                ended += int(want[4]["_ended_state"].sum())
-            checks.append({"env": f"{env_class.__name__}: compile=True against eager on the device, "
-                                  f"{COMPILED_STEPS} steps, within {COMPILED_RTOL:g} relative + {COMPILED_ATOL:g}",
-                           "max_difference": max(worst, 0.0), "same_flags": same_flags,
-                           "episodes_ended": ended, "ok": same_flags and worst <= COMPILED_ATOL})
-        except Exception as exc:  # a failing env is a row of the report, the others still run
-            checks.append({"env": env_class.__name__, "error": f"{type(exc).__name__}: {exc}"[:300], "ok": False})
-        finally:
-            for penv in twins:
-                penv.close()
-    return checks
+        twins.extend(ParallelEnv(env, para_mode="tensor", asynchronous="restart", compile=compile)
+                     for env, compile in zip(envs, (False, True), strict=True))
+        actions = _actions(torch, twins[0].single_action_space, COMPILED_STEPS, CHECK_ENVS, device)
+        same_flags, ended, worst = True, 0, 0.0
+        obs = [penv.reset(seed=7)[0] for penv in twins]
+        same_flags &= bool(torch.equal(obs[0], obs[1]))
+        for row in actions:
+            for name in envs[0].state_fields:
+                getattr(envs[1], name).copy_(getattr(envs[0], name))
+            want, got = twins[0].step(row), twins[1].step(row)
+            for a, b in zip(want[:2], got[:2], strict=True):
+                excess = (b - a).abs() - COMPILED_RTOL * a.abs()
+                worst = max(worst, float(excess.max()))
+            same_flags &= all(bool(torch.equal(a, b)) for a, b in zip(want[2:4], got[2:4], strict=True))
+            same_flags &= bool(torch.equal(want[4]["_ended_state"], got[4]["_ended_state"]))
+            ended += int(want[4]["_ended_state"].sum())
+        return {"env": f"{env_class.__name__}: compile=True against eager on the device, "
+                       f"{COMPILED_STEPS} steps, within {COMPILED_RTOL:g} relative + {COMPILED_ATOL:g}",
+                "max_difference": max(worst, 0.0), "same_flags": same_flags,
+                "episodes_ended": ended, "ok": same_flags and worst <= COMPILED_ATOL}
+
+    return _each_shipped_env(check)
 
 
 def time_cartpole(torch: Any, num_envs: int, device: str, through_front: bool, steps: int,
