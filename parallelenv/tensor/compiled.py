@@ -54,8 +54,8 @@ def resolve_mode(compile: Any, env: TensorEnv) -> str | None:
     device = env.device
     cuda = device.type == "cuda"
     if compile == "auto":
-        # On CUDA at every size: the captured graph launches a step's kernels at once (65,536 CartPoles
-        # went from 0.12 G to 2.7 G env-steps/s on an H200, the GPU check); on the CPU from AUTO_MIN_ENVS.
+        # On CUDA at every size: the captured graph launches a step's kernels at once, where eager pays a
+        # launch per operation whatever the batch (the tensor page's table); on the CPU from AUTO_MIN_ENVS.
         compiles = type(env).compiles_by_default and (cuda or env.num_envs >= AUTO_MIN_ENVS)
         if not compiles or not _has_inductor():
             return None
@@ -163,7 +163,7 @@ class FusedStep:
     def _run_compiled(self, actions: torch.Tensor, live: torch.Tensor | None) -> dict[str, torch.Tensor]:
         if actions.dim() == 2 and actions.shape[1] > 1 and actions.device.type == "cpu":
             # Column by column, the same values: a compiled CPU loop reading a column of a row-major
-            # tensor runs a row at a time, and so does all it fuses with it (Chasing's step: 1.7x slower).
+            # tensor runs a row at a time, and so does all it fuses with it (the tensor page's Chasing rows).
             actions = actions.t().contiguous().t()
         return self._fused(actions, None if live is None else live.view(torch.uint8), *self._flags)
 
@@ -171,8 +171,7 @@ class FusedStep:
                 truncated: torch.Tensor, done: torch.Tensor) -> dict[str, torch.Tensor]:
         """:meth:`_run` as it is compiled, the bool tensors (``live``, the env's flags, ``done``) given as
         uint8 views of themselves: inductor's CPU loops load and store bools an element at a time (a bool
-        store over 1 M envs cost five times the rest of a CartPole step), and uint8 through int32 at full
-        width.
+        store can cost more than the rest of a CartPole step), and uint8 through int32 at full width.
         The env steps with flags of the graph's own, written once at the end."""
         env = self.env
         outputs = env.terminated, env.truncated
