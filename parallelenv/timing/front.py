@@ -29,9 +29,10 @@ class ShowsStats:
         if not stats:
             return
         self._caller_clock = CallerClock(self._backend, self._calls)
-        self._window_starts: dict[str, tuple[float, float, list[Any], CallerReading | None]] = {}
         now = (time.time(), time.perf_counter(), [None] * self._backend.num_envs, None)
-        self._window_starts = {"run": now, "recent": now, "live": now}
+        # Where each window began: wall time, clock, the hosts' readings and the caller's then.
+        self._window_starts: dict[str, tuple[float, float, list[Any], CallerReading | None]] = \
+            {"run": now, "recent": now, "live": now}
         if stats == "live":
             self._live = LiveLine(self)
             self._caller_clock.after_step = self._live.after_step
