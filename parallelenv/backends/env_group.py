@@ -41,7 +41,7 @@ from parallelenv.calls import (
     method_name,
 )
 from parallelenv.infos.keys import ENDED_STATE, RESET, RESET_INFO
-from parallelenv.state.capture import captured, restore_env
+from parallelenv.state.capture import EnvState, captured, restore_env
 from parallelenv.timing.host_clock import TIMES_ATTRIBUTE, HostClock
 
 # Observations are written in one assignment from the list of them when
@@ -89,6 +89,12 @@ class EnvGroup:
             Rebuild: self._rebuild,
             Replay: self._replay,
         }
+        # States taken since the envs' last call, for the snapshot step expected next (take_ahead_if_due),
+        # and what it is expected from: the calls between the last two snapshot steps, and the last one's.
+        self.taken_ahead: tuple[frozenset[str], dict[int, EnvState | str]] | None = None
+        self._cadence = self._calls_since_snapshot = 0
+        self._snapshot_ids: tuple[int, ...] = ()
+        self._trusted: frozenset[str] = frozenset()
         # ParallelEnv(stats=True): each env's step and reset times, and the time spent running calls.
         self._clock = HostClock(self.all_ids) if timed else None
         if timed:
@@ -113,14 +119,36 @@ class EnvGroup:
         self._columns = buffers.info_columns
 
     def run(self, call: Call) -> Reply:
+        if type(call) is Step and call.snapshot is not None:
+            self._snapshot_came(call)
+        else:
+            self._calls_since_snapshot += 1
+            self.taken_ahead = None  # they were taken for a snapshot step, and another call came
         return self._handlers[type(call)](call)
 
     def _timed_run(self, call: Call) -> Reply:
         began = perf_counter()
         try:
-            return self._handlers[type(call)](call)
+            return EnvGroup.run(self, call)
         finally:
             self._clock.ran_call(perf_counter() - began)  # type: ignore[union-attr]
+
+    def _snapshot_came(self, call: Step) -> None:
+        if self._snapshot_ids:
+            self._cadence = self._calls_since_snapshot + 1
+        self._calls_since_snapshot, self._snapshot_ids, self._trusted = 0, call.env_ids, call.snapshot
+
+    def take_ahead_if_due(self) -> None:
+        """Where the calls so far say a snapshot step comes next (lossless healing's cadence), take the
+        states it will want now: a host calls this between calls, when nothing waits on this process, and
+        the snapshot step then costs the time of its step alone. Another call drops them (see run)."""
+        if not self._cadence or self._calls_since_snapshot + 1 != self._cadence or self.taken_ahead is not None:
+            return
+        began = perf_counter()
+        self.taken_ahead = (self._trusted, {env_id: captured(self._env(env_id), self._trusted)
+                                            for env_id in self._snapshot_ids})
+        if self._clock is not None:
+            self._clock.ran_call(perf_counter() - began)
 
     def _write_obs_row(self, env_id: int, obs: Any) -> None:
         self.buffers.obs[env_id] = obs
@@ -204,10 +232,14 @@ class EnvGroup:
         return Reply(Step, call.env_ids, values, tuple(failures))
 
     def _snapshot_and_step(self, call: Step) -> Reply:
-        """Each env's state before it steps (lossless healing's snapshot, see Step.snapshot), in the reply."""
+        """Each env's state before it steps (lossless healing's snapshot, see Step.snapshot), in the reply;
+        those taken ahead where they were (nothing has changed them since)."""
         assert call.snapshot is not None
-        states = {env_id: captured(self._env(env_id), call.snapshot) for env_id in call.env_ids}
-        return dataclasses.replace(self._step(dataclasses.replace(call, snapshot=None)), states=states)
+        ahead, self.taken_ahead = self.taken_ahead, None
+        taken = ahead[1] if ahead is not None and ahead[0] == call.snapshot else {}
+        states = {env_id: taken[env_id] if env_id in taken else captured(self._env(env_id), call.snapshot)
+                  for env_id in call.env_ids}
+        return dataclasses.replace(self._step(Step(call.env_ids, call.live, call.awaited)), states=states)
 
     def _restarted(self, env_id: int, env: gym.Env, result: tuple) -> tuple:
         """The step result of an env that finished, reset in the same step ("restart").

@@ -99,7 +99,10 @@ def _has_protocol(obj: Any) -> bool:
 
 def way_of(env: Any, trusted: Iterable[str] = ()) -> str:
     """How ``env``'s state is taken (see the module's docstring); a StateError where it cannot be."""
-    core = env.unwrapped
+    return _way_of_core(env.unwrapped, trusted)
+
+
+def _way_of_core(core: Any, trusted: Iterable[str]) -> str:
     way = _class_way(type(core))
     if way in (PROTOCOL, MUJOCO):
         return way
@@ -138,21 +141,36 @@ def _attributes(obj: Any, leave_out: frozenset[str] = frozenset()) -> tuple[dict
     generator as its state alone, put back into the generator there is (far less to pickle than the
     generator); a plain NumPy array as its bytes, dtype and shape, which pickle several times faster
     than the array (a snapshot step takes every env's state: see the env-state page's cost table)."""
-    kept, arrays = {}, {}
-    for name, value in vars(obj).items():
-        kind = type(value)
-        if name in leave_out or _left_out(kind):
-            continue
-        if kind is np.ndarray and not value.dtype.hasobject:
-            arrays[name] = (value.tobytes(), value.dtype.str, value.shape)
-        else:
-            kept[name] = _GeneratorState(value.bit_generator.state) if kind is np.random.Generator else value
+    own = vars(obj)
+    kept = dict(own)
+    for name in leave_out & own.keys():
+        del kept[name]
+    arrays = {}
+    # Most attributes are taken as they are: the others are looked at one by one only where there are any.
+    if any(map(_role, set(map(type, kept.values())))):
+        for name, value in own.items():
+            role = _role(type(value))
+            if not role or name not in kept:
+                continue
+            if role == _LEFT_OUT:
+                del kept[name]
+            elif role == _GENERATOR:
+                kept[name] = _GeneratorState(value.bit_generator.state)
+            elif not value.dtype.hasobject:
+                arrays[name] = (value.tobytes(), value.dtype.str, value.shape)
+                del kept[name]
     return kept, arrays
 
 
+_AS_IT_IS, _LEFT_OUT, _GENERATOR, _ARRAY = range(4)
+
+
 @functools.cache
-def _left_out(kind: type) -> bool:
-    return issubclass(kind, (gym.Env, gym.Space, EnvSpec))
+def _role(kind: type) -> int:
+    """How :func:`_attributes` takes a value of this kind."""
+    if issubclass(kind, (gym.Env, gym.Space, EnvSpec)):
+        return _LEFT_OUT
+    return _GENERATOR if kind is np.random.Generator else _ARRAY if kind is np.ndarray else _AS_IT_IS
 
 
 @dataclass(frozen=True)
@@ -185,6 +203,7 @@ def _dumps(value: Any) -> bytes:
         return pickling.dumps(value)
 
 
+_INNER_ENV = frozenset({"env"})
 _SIMULATOR_HANDLES = {MUJOCO: frozenset({"model", "data", "mujoco_renderer"}), ALE: frozenset({"ale"})}
 
 
@@ -235,17 +254,19 @@ def _put_core_state(core: Any, way: str, state: Any) -> None:
 def capture_env(env: Any, trusted: Iterable[str] = ()) -> EnvState:
     """The state of ``env``, a Gymnasium env with its wrappers. ``trusted``: env classes whose pickle
     the caller's process has checked (a worker process has its own, empty, record)."""
-    way = way_of(env, trusted)
-    cls = class_name(type(env.unwrapped))
+    wrappers = _layers(env)
+    core = (wrappers[-1].env if wrappers else env).unwrapped
+    way = _way_of_core(core, trusted)
+    cls = class_name(type(core))
     if way == PICKLE:
         return EnvState(PICKLE, cls, _dumps(env))
-    layers = [(True, layer.get_state()) if _has_protocol(layer) else (False, _attributes(layer, frozenset({"env"})))
-              for layer in _layers(env)]
-    core_state = _core_state(env.unwrapped, way)
+    layers = [(True, layer.get_state()) if _has_protocol(layer) else (False, _attributes(layer, _INNER_ENV))
+              for layer in wrappers]
+    core_state = _core_state(core, way)
     try:
         data = _dumps((layers, core_state))
     except Exception as exc:
-        raise StateError(f"the state of {cls} (its wrappers {[type(w).__name__ for w in _layers(env)]}) "
+        raise StateError(f"the state of {cls} (its wrappers {[type(w).__name__ for w in wrappers]}) "
                          f"does not pickle: {type(exc).__name__}: {exc}") from exc
     return EnvState(way, cls, data)
 
@@ -256,6 +277,8 @@ def captured(env: Any, trusted: Iterable[str]) -> EnvState | str:
         return capture_env(env, trusted)
     except StateError as refused:
         return str(refused)
+    except Exception as exc:  # noqa: BLE001  (an env's own get_state that raises: the step goes on without it)
+        return f"taking its state raised {type(exc).__name__}: {exc}"
 
 
 def restore_env(env: Any, state: EnvState) -> None:

@@ -21,6 +21,7 @@ everything on the pipes, the way to tell a bug of one transport from the other's
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Sequence
 from multiprocessing import resource_tracker
@@ -36,6 +37,7 @@ from parallelenv.backends.subproc.counted import CountedSteps, worker_bits
 from parallelenv.backends.subproc.pipes import Pipes
 from parallelenv.backends.subproc.shm import SharedBuffers
 from parallelenv.backends.subproc.spawning import start_context
+from parallelenv.backends.subproc.state_slots import StateSlots
 from parallelenv.backends.subproc.worker import LINGER_S, Attach
 from parallelenv.backends.subproc.workers import Worker, await_report, exit_reason, start_worker
 from parallelenv.calls import Call, Reply, Step
@@ -116,6 +118,7 @@ class SubprocBackend:
         self.all_ids = tuple(range(self.num_envs))
         self.pipes = Pipes()
         self.counted = CountedSteps(self._workers, self._countdown, self.all_ids)
+        self._state_slots = StateSlots(self.num_envs)  # where snapshot steps leave their states
         for worker in self._workers:
             self.pipes.watch(worker)
             self.counted.watch(worker)
@@ -173,9 +176,13 @@ class SubprocBackend:
         pipes, counted_steps = self.pipes, self.counted
         counted = (self._counts_steps and type(call) is Step and call.awaited and call.env_ids == self.all_ids
                    and not pipes.in_flight and not counted_steps.in_flight)
-        # A snapshot step's states come back on the pipes, as a counted step's infos do; the step itself
-        # travels on them too (its header says to take the states).
-        if counted and not self._telling_columns and self._announces_steps and call.snapshot is None:
+        # A snapshot step is announced so too once every worker knows the state slots (their states go
+        # there), and travels on the pipes until then (see state_slots).
+        snapshot = call.snapshot if type(call) is Step else None
+        if counted and not self._telling_columns and self._announces_steps and \
+                (snapshot is None or self._state_slots.all_told(self._workers, snapshot)):
+            if snapshot is not None:
+                self._state_slots.aim(call.env_ids, announce=True)
             for worker in counted_steps.dispatch(self.buffers.obs_slot):
                 self._not_sent(worker)
             return
@@ -187,8 +194,12 @@ class SubprocBackend:
         # Every message is made before any is sent: one that cannot be pickled
         # raises here, and no worker has started a call the others never get.
         obs_slot = self.buffers.obs_slot
-        messages = [wire.encode_call(worker_call, worker.group_ids, counted, self.buffers, worker.obs_slot)
+        tell = self._state_slots.tell
+        messages = [wire.encode_call(worker_call, worker.group_ids, counted, self.buffers, worker.obs_slot,
+                                     None if snapshot is None else functools.partial(tell, worker, snapshot))
                     for worker, worker_call in routed]
+        if snapshot is not None:
+            self._state_slots.aim(call.env_ids)
         if self._telling_columns:
             messages = [self._with_info_columns(worker, message) for (worker, _), message in zip(routed, messages,
                                                                                                 strict=True)]
@@ -270,6 +281,8 @@ class SubprocBackend:
                         self._learn_info_columns(reply)
                         break
             replies += read
+        if self._state_slots.expecting:
+            replies = self._state_slots.fill(replies)
         if dead:
             # What was read before is the caller's all the same, the dead worker's own reply too.
             self._unreported.extend(dead[1:])
@@ -284,6 +297,7 @@ class SubprocBackend:
         if worker.death is None:
             self.pipes.lost(worker)
             self.counted.lost(worker)
+            self._state_slots.lost(worker.env_ids)
         return worker.died(reason)
 
     def env_pids(self) -> list[int]:
@@ -372,6 +386,7 @@ class SubprocBackend:
         self._countdown.close()
         if hasattr(self, "counted"):
             self.counted.close()
+            self._state_slots.close()
         if self._shared is not None:
             self.buffers = None  # type: ignore[assignment]  # the arrays die with the segment
             self._shared.release()

@@ -171,7 +171,7 @@ class MemfdSegment:
             self._fd = -1
 
 
-def _segment(size: int, num_envs: int) -> shared_memory.SharedMemory | MemfdSegment:
+def segment_for(size: int, num_envs: int) -> shared_memory.SharedMemory | MemfdSegment:
     """A segment of ``size`` bytes in /dev/shm if it fits there, else in a memfd."""
     free = _free_shm_bytes()
     if free is None or size + SHM_HEADROOM <= free:
@@ -227,7 +227,7 @@ class SharedBuffers:
         spare_obs_slots: int = 0,
     ) -> SharedBuffers:
         _, size = _layout(obs_space, action_space, num_envs, restarts, spare_obs_slots, None)
-        segment = _segment(max(size, 1), num_envs)
+        segment = segment_for(max(size, 1), num_envs)
         buffers, _ = _layout(obs_space, action_space, num_envs, restarts, spare_obs_slots, segment.buf)
         return cls(segment, buffers, owner=True)
 
@@ -272,7 +272,7 @@ class SharedBuffers:
         if held:
             _close_once_collected(self.segment, held)
         else:
-            _close(self.segment)
+            close_segment(self.segment)
         self.unlink()
 
 
@@ -294,7 +294,7 @@ def _arrays_of(batched: Any) -> list[np.ndarray]:
     return [batched] if isinstance(batched, np.ndarray) else []
 
 
-def _close(segment: shared_memory.SharedMemory | MemfdSegment) -> None:
+def close_segment(segment: shared_memory.SharedMemory | MemfdSegment) -> None:
     try:
         segment.close()
     except BufferError:
@@ -308,7 +308,7 @@ def _close_once_collected(segment: shared_memory.SharedMemory | MemfdSegment, he
     def one_collected() -> None:
         left[0] -= 1
         if not left[0]:
-            _close(segment)
+            close_segment(segment)
 
     for array in held:
         weakref.finalize(array, one_collected)

@@ -18,7 +18,8 @@ on the countdown rather than on the pipes (see
 own header tells the worker. A step of some of a worker's envs (``send`` to
 a few envs, or one half of them in overlapped collection) is the header and
 their ids as 32-bit integers, not a pickle, which costs the parent far more;
-a snapshot step of a whole group (``Step.snapshot``), the obs slot and the class names trusted.
+a snapshot step of a whole group (``Step.snapshot``), the obs slot, what the worker
+is told of its state slots (:mod:`~parallelenv.backends.subproc.state_slots`) and the classes trusted.
 
 A step's numeric infos go into columns of the shared buffers once the
 parent has learned them (:mod:`parallelenv.infos.columns`): it tells
@@ -48,6 +49,7 @@ import numpy as np
 
 from parallelenv.backends.buffers import Buffers
 from parallelenv.backends.subproc.sendable import WithRows, encode, encode_user_data, sendable_pickle
+from parallelenv.backends.subproc.state_slots import WorkerSlots
 from parallelenv.batching import read_private_rows, write_private_rows
 from parallelenv.calls import NO_RESULT_CALLS, Failure, Reply, Step
 
@@ -76,9 +78,11 @@ class Kind:
 
 
 def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, buffers: Buffers | None = None,
-                worker_obs_slot: int = 0) -> bytes:
+                worker_obs_slot: int = 0, tell_slots: Callable[[], bytes] | None = None) -> bytes:
     """A call as the worker will read it; a step carries its actions' rows of ``buffers``' private parts,
     and a call for a worker whose obs slot (``worker_obs_slot``) is not the buffers' now names theirs.
+    ``tell_slots``: what a snapshot step of the worker's whole group tells it of its state slots, asked
+    only for that message (:meth:`~parallelenv.backends.subproc.state_slots.StateSlots.tell`).
 
     ``counted``: the call is a step of the worker's whole group ``group_ids``
     that the parent collects through the countdown; the backend decides
@@ -99,7 +103,8 @@ def encode_call(call: Any, group_ids: tuple[int, ...], counted: bool = False, bu
     if whole_group and not private:
         if call.snapshot is None:
             return (_COUNTED_GROUP_STEPS if counted else _GROUP_STEPS)[obs_slot]
-        return (COUNTED_SNAPSHOT_STEP if counted else SNAPSHOT_STEP).encode(obs_slot, call.snapshot)
+        told = b"" if tell_slots is None else tell_slots()
+        return (COUNTED_SNAPSHOT_STEP if counted else SNAPSHOT_STEP).encode(obs_slot, call.snapshot, told)
     if type(call) is Step and private:
         message = (COUNTED_STEP_WITH_ROWS if counted else STEP_WITH_ROWS).encode(call, buffers)
     elif type(call) is Step and call.snapshot is None and call.live is None:
@@ -113,9 +118,9 @@ def _slot(obs_slot: int) -> bytes:
     return bytes([obs_slot])
 
 
-def _snapshot_step(obs_slot: int, trusted: frozenset[str]) -> bytes:
-    # The class names whose pickle the caller trusts (Step.snapshot), a line each: no pickle to make or read.
-    return bytes([obs_slot]) + "\n".join(sorted(trusted)).encode()
+def _snapshot_step(obs_slot: int, trusted: frozenset[str], told: bytes = b"") -> bytes:
+    # The class names whose pickle the caller trusts (Step.snapshot) a line each: no pickle to make or read.
+    return bytes([obs_slot]) + len(told).to_bytes(2, "little") + told + "\n".join(sorted(trusted)).encode()
 
 
 def _step_ids(env_ids: tuple[int, ...]) -> bytes:
@@ -148,6 +153,7 @@ class CallReader:
         # What the hot path returns: made once, not on every step.
         self.group_step = (group_step, False)
         self.counted_group_step = (group_step, True)
+        self.slots = WorkerSlots()  # where snapshot steps leave their states
 
     def use_obs_slot(self, obs_slot: int) -> None:
         if self.buffers is not None:
@@ -214,7 +220,9 @@ def _read_counted_group_step(data: bytes, reader: CallReader) -> tuple[Step, boo
 
 def _read_snapshot_step(data: bytes, reader: CallReader, counted: bool = False) -> tuple[Step, bool]:
     reader.use_obs_slot(data[1])
-    trusted = frozenset(data[2:].decode().split("\n")) if len(data) > 2 else frozenset()
+    told_end = 4 + int.from_bytes(data[2:4], "little")
+    trusted = frozenset(data[told_end:].decode().split("\n")) if len(data) > told_end else frozenset()
+    reader.slots.learn(data[4:told_end], trusted)
     return Step(reader.group_step[0].env_ids, snapshot=trusted), counted
 
 

@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 import cloudpickle
 from gymnasium import spaces
@@ -29,7 +30,7 @@ from parallelenv.backends.subproc import wire
 from parallelenv.backends.subproc.countdown import WorkerCountdown
 from parallelenv.backends.subproc.lifeline import tie_to_parent
 from parallelenv.backends.subproc.shm import SharedBuffers
-from parallelenv.calls import Failure
+from parallelenv.calls import Failure, Reply
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,16 @@ LINGER_S = 0.0003
 
 def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: WorkerCountdown) -> None:
     """Answer calls in order; a counted step is answered through ``countdown`` (see its module)."""
-    recv, send, run = conn.recv_bytes, conn.send_bytes, group.run
+    recv, send = conn.recv_bytes, conn.send_bytes
     buffers = group.buffers  # its parts of no fixed shape are this process's own: they travel with the messages
     reader = wire.CallReader(group.all_ids, buffers)
+    slots, group_step = reader.slots, reader.group_step[0]
+
+    def run(call: Any) -> Reply:
+        # A step of the whole group takes its envs' states first where the parent announced a snapshot step,
+        # and states go to the slots the parent named (see state_slots).
+        return slots.keep(group.run(slots.announced(call) if call is group_step else call))
+
     incoming = select.poll()
     incoming.register(conn.fileno(), select.POLLIN)
     has_mail = incoming.poll if countdown.broadcasts else None
@@ -160,7 +168,8 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
             if countdown.wait(lambda: bool(has_mail(0)), linger_s):
                 # A step of the whole group announced in shared memory: the actions are there already.
                 reader.use_obs_slot(countdown.obs_slot)
-                _answer_counted(wire.encode_reply(run(reader.group_step[0]), buffers), countdown, send)
+                _answer_counted(wire.encode_reply(run(group_step), buffers), countdown, send)
+                group.take_ahead_if_due()
                 continue
         elif linger_s:
             linger(incoming, linger_s)
@@ -184,6 +193,7 @@ def _serve(conn: Connection, group: EnvGroup, linger_s: float, countdown: Worker
         else:
             send(reply)
             waits_on_pipe = True
+        group.take_ahead_if_due()
 
 
 def _answer_counted(reply: bytes, countdown: WorkerCountdown, send: Callable[[bytes], None]) -> None:

@@ -33,6 +33,7 @@ class Worker:
     death: WorkerDiedError | None = None
     obs_slot: int = 0  # the buffers' obs slot the worker writes into (see Buffers.use_obs_slot)
     knows_info_columns: bool = True  # else its next call tells it their layout
+    told_slots: Any = None  # what it knows of the state slots (see StateSlots.tell)
 
     def __post_init__(self) -> None:
         self.group_ids = tuple(self.env_ids)
