@@ -22,10 +22,11 @@ from typing import Any
 import cloudpickle
 
 
-def dumps(obj: Any) -> bytes:
-    """``obj`` pickled as :func:`cloudpickle.dumps` does, its code under its own file names."""
+def dumps(obj: Any, pickler: type[pickle.Pickler] | None = None) -> bytes:
+    """``obj`` pickled as :func:`cloudpickle.dumps` does, its code under its own file names; ``pickler``:
+    a subclass of :class:`Pickler` with reductions of its own."""
     with io.BytesIO() as file:
-        _Pickler(file, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+        (pickler or Pickler)(file, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
         return file.getvalue()
 
 
@@ -40,5 +41,5 @@ def _with_file_name(constructor: Any, args: tuple[Any, ...], file_name: str) -> 
     return constructor(*args).replace(co_filename=file_name)
 
 
-class _Pickler(cloudpickle.Pickler):
+class Pickler(cloudpickle.Pickler):
     dispatch_table = ChainMap({types.CodeType: _reduce_code}, cloudpickle.Pickler.dispatch_table)

@@ -24,8 +24,11 @@ rows of one :class:`~parallelenv.tensor.TensorEnv`: see its ``get_state``.
 
 from __future__ import annotations
 
+import copyreg
 import functools
+import io
 import pickle
+from collections import ChainMap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -134,64 +137,82 @@ def _layers(env: Any) -> list[Any]:
     return layers
 
 
-def _attributes(obj: Any, leave_out: frozenset[str] = frozenset()) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``obj``'s own attributes that its next steps may depend on, as (values, arrays): not the envs it
-    holds (a wrapper's inner env is not its state), nor its spaces and spec, which stay what they were
-    built as (a space's own generator, for ``space.sample()``, is the caller's, not the env's); a NumPy
-    generator as its state alone, put back into the generator there is (far less to pickle than the
-    generator); a plain NumPy array as its bytes, dtype and shape, which pickle several times faster
-    than the array (a snapshot step takes every env's state: see the env-state page's cost table)."""
+def _attributes(obj: Any, leave_out: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``obj``'s own attributes that its next steps may depend on: not the envs it holds (a wrapper's
+    inner env is not its state), nor its spaces and spec, which stay what they were built as (a space's
+    own generator, for ``space.sample()``, is the caller's, not the env's). Its arrays and generators
+    are pickled by :func:`_dumps_state`'s reductions."""
     own = vars(obj)
     kept = dict(own)
     for name in leave_out & own.keys():
         del kept[name]
-    arrays = {}
-    # Most attributes are taken as they are: the others are looked at one by one only where there are any.
-    if any(map(_role, set(map(type, kept.values())))):
+    # Most attributes are taken as they are: they are looked at one by one only where one is left out.
+    if any(map(_left_out, set(map(type, kept.values())))):
         for name, value in own.items():
-            role = _role(type(value))
-            if not role or name not in kept:
-                continue
-            if role == _LEFT_OUT:
+            if name in kept and _left_out(type(value)):
                 del kept[name]
-            elif role == _GENERATOR:
-                kept[name] = _GeneratorState(value.bit_generator.state)
-            elif not value.dtype.hasobject:
-                arrays[name] = (value.tobytes(), value.dtype.str, value.shape)
-                del kept[name]
-    return kept, arrays
-
-
-_AS_IT_IS, _LEFT_OUT, _GENERATOR, _ARRAY = range(4)
+    return kept
 
 
 @functools.cache
-def _role(kind: type) -> int:
-    """How :func:`_attributes` takes a value of this kind."""
-    if issubclass(kind, (gym.Env, gym.Space, EnvSpec)):
-        return _LEFT_OUT
-    return _GENERATOR if kind is np.random.Generator else _ARRAY if kind is np.ndarray else _AS_IT_IS
+def _left_out(kind: type) -> bool:
+    return issubclass(kind, (gym.Env, gym.Space, EnvSpec))
 
 
-@dataclass(frozen=True)
-class _GeneratorState:
-    state: dict[str, Any]
-
-
-def _put_attributes(obj: Any, attributes: tuple[dict[str, Any], dict[str, Any]]) -> None:
+def _put_attributes(obj: Any, attributes: dict[str, Any]) -> None:
     own = vars(obj)
-    kept, arrays = attributes
-    for name, value in kept.items():
-        if type(value) is _GeneratorState:
-            generator = own.get(name)
-            if type(generator) is not np.random.Generator or type(generator.bit_generator).__name__ != \
-                    value.state["bit_generator"]:
-                generator = np.random.Generator(getattr(np.random, value.state["bit_generator"])())
-            generator.bit_generator.state = value.state
-            value = generator
-        own[name] = value
-    for name, (data, dtype, shape) in arrays.items():
-        own[name] = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+    for name, value in attributes.items():
+        held = own.get(name)
+        if type(value) is np.random.Generator and type(held) is np.random.Generator and \
+                type(held.bit_generator) is type(value.bit_generator):
+            # Into the generator there is: whatever else holds it (a wrapper, a space) goes on with it.
+            held.bit_generator.state = value.bit_generator.state
+        else:
+            own[name] = value
+
+
+def _reduce_array(array: np.ndarray) -> tuple[Any, ...]:
+    # Its bytes, dtype and shape pickle several times faster than the array itself (a snapshot step
+    # takes every env's state: see the env-state page's cost table).
+    if array.dtype.hasobject:
+        return array.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    return _array, (array.tobytes(), array.dtype.str, array.shape)
+
+
+def _array(data: bytes, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+
+
+def _reduce_generator(generator: np.random.Generator) -> tuple[Any, ...]:
+    # Its state alone, far less to pickle than the generator.
+    return _generator, (generator.bit_generator.state,)
+
+
+def _generator(state: dict[str, Any]) -> np.random.Generator:
+    generator = np.random.Generator(getattr(np.random, state["bit_generator"])())
+    generator.bit_generator.state = state
+    return generator
+
+
+_STATE_REDUCTIONS = {np.ndarray: _reduce_array, np.random.Generator: _reduce_generator}
+
+
+class _StatePickler(pickle.Pickler):
+    dispatch_table = ChainMap(_STATE_REDUCTIONS, copyreg.dispatch_table)
+
+
+class _CloudStatePickler(pickling.Pickler):
+    dispatch_table = ChainMap(_STATE_REDUCTIONS, pickling.Pickler.dispatch_table)
+
+
+def _dumps_state(value: Any) -> bytes:
+    """As :func:`_dumps`, with the state's reductions of arrays and generators."""
+    try:
+        with io.BytesIO() as file:
+            _StatePickler(file, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+            return file.getvalue()
+    except Exception:  # noqa: BLE001  (a lambda, a class defined in a function: cloudpickle takes those)
+        return pickling.dumps(value, _CloudStatePickler)
 
 
 def _dumps(value: Any) -> bytes:
@@ -264,7 +285,7 @@ def capture_env(env: Any, trusted: Iterable[str] = ()) -> EnvState:
               for layer in wrappers]
     core_state = _core_state(core, way)
     try:
-        data = _dumps((layers, core_state))
+        data = _dumps_state((layers, core_state))
     except Exception as exc:
         raise StateError(f"the state of {cls} (its wrappers {[type(w).__name__ for w in wrappers]}) "
                          f"does not pickle: {type(exc).__name__}: {exc}") from exc
