@@ -19,12 +19,15 @@ not ours; nor are those marked on another machine or in another pid namespace
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import socket
 from multiprocessing import util
 from pathlib import Path
 
 MARK = "parallelenv-caller"
+# How long a forkserver waits, as it ends, for its caller to end (a killed caller's files close first).
+CALLER_END_S = 5.0
 _swept = False
 
 
@@ -54,13 +57,18 @@ def sweep(temp_folder: str | os.PathLike[str]) -> None:
 
 def remove_if_orphaned(folder: str | os.PathLike[str]) -> None:
     """Remove ``folder`` if it bears our mark and the process that marked it is gone."""
+    marked = _marked_by(folder)
+    if marked is not None and _identity(marked[0]) != marked[1]:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _marked_by(folder: str | os.PathLike[str]) -> tuple[int, str] | None:
+    """The pid and identity of the process that marked ``folder`` on this host; None where none did."""
     try:
         where, pid, identity = (Path(folder) / MARK).read_text().split(" ", 2)
-        if where != _here() or _identity(int(pid)) == identity:
-            return
+        return (int(pid), identity) if where == _here() else None
     except (OSError, ValueError):  # not ours, not a folder, or gone already
-        return
-    shutil.rmtree(folder, ignore_errors=True)
+        return None
 
 
 def _here() -> str:
@@ -105,8 +113,26 @@ def _socket_folder() -> str | None:
 
 
 def remove_own_folder_if_orphaned() -> None:
-    """The forkserver's ``atexit``: its caller and every worker have gone."""
+    """The forkserver's ``atexit``: its caller has closed its end, and every worker has gone."""
     folder = _socket_folder()
     if folder is not None and os.path.basename(folder).startswith("pymp-"):
+        _await_caller_end(folder)
         remove_if_orphaned(folder)
+
+
+def _await_caller_end(folder: str) -> None:
+    """Wait, :data:`CALLER_END_S` at most, for the caller that marked ``folder`` to end. The forkserver
+    ends when its caller's files close, and a killed caller closes them before it has ended: its mark
+    would still name a live process, and the folder be left behind."""
+    marked = _marked_by(folder)
+    if marked is None or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        process = os.pidfd_open(marked[0])  # readable once the process has ended
+    except OSError:  # gone already
+        return
+    try:
+        select.select([process], [], [], CALLER_END_S)
+    finally:
+        os.close(process)
 
