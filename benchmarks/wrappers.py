@@ -168,15 +168,16 @@ register("parallelenv-subproc-perpipe", SUBPROCESS, ours=True, requires=("parall
          "each worker's answer read from its pipe")(
     functools.partial(ParallelEnvRunner, mode="subproc", cores=_fewer_cores_than_workers))
 register("parallelenv-subproc-healing", SUBPROCESS, ours=True, requires=("parallelenv",), per_worker=True,
-         workloads=frozenset(), note="as parallelenv-subproc-counted, with healing on "
-         "(on_worker_failure='restart')")(
+         workloads=frozenset(), baseline="parallelenv-subproc-counted",
+         note="as parallelenv-subproc-counted, with healing on (on_worker_failure='restart')")(
     functools.partial(ParallelEnvRunner, mode="subproc", cores=_a_core_per_worker, on_worker_failure="restart"))
 
 # Lossless healing's cost: snapshots of every env every N steps and the steps since kept (cheetah8 is the bar).
 for _every in (100, 10):
     register(f"parallelenv-subproc-snapshots{_every}", SUBPROCESS, ours=True, requires=("parallelenv",),
-             workloads=frozenset(), note=f"as parallelenv-subproc, healing without a cut episode: "
-             f"on_worker_failure='restart', snapshots={_every}")(
+             workloads=frozenset(), baseline="parallelenv-subproc",
+             note=f"as parallelenv-subproc, healing without a cut episode: on_worker_failure='restart', "
+             f"snapshots={_every}")(
         functools.partial(ParallelEnvRunner, mode="subproc", on_worker_failure="restart", snapshots=_every))
 
 # The cost of measuring (ParallelEnv(stats=True)): cheetah8 and the 64-worker sleep workload are the bars.
@@ -195,10 +196,11 @@ def _stats_if_known(factories: Sequence[EnvFactory], **options: Any) -> Parallel
 
 
 register("parallelenv-subproc-stats", SUBPROCESS, ours=True, requires=("parallelenv",), workloads=frozenset(),
-         note="as parallelenv-subproc, measuring where the time goes (stats=True)")(
+         baseline="parallelenv-subproc", note="as parallelenv-subproc, measuring where the time goes (stats=True)")(
     functools.partial(_stats_if_known, mode="subproc"))
 register("parallelenv-subproc-counted-stats", SUBPROCESS, ours=True, requires=("parallelenv",), per_worker=True,
-         workloads=frozenset(), note="as parallelenv-subproc-counted, measuring where the time goes (stats=True)")(
+         workloads=frozenset(), baseline="parallelenv-subproc-counted",
+         note="as parallelenv-subproc-counted, measuring where the time goes (stats=True)")(
     functools.partial(_stats_if_known, mode="subproc", cores=_a_core_per_worker))
 
 
