@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from test_lossless_healing import NUM_ENVS, FragileWalker, trajectory
 
-from parallelenv import ParallelEnv
+from parallelenv import ParallelEnv, Recycling
 from parallelenv.backends.subproc.state_slots import MIN_SLOT_BYTES, SlotState, StateSlots, WorkerSlots
 from parallelenv.calls import Reply, Step
+from parallelenv.healing import WORKER_RECYCLED
 from parallelenv.state.capture import EnvState
 
 pytestmark = pytest.mark.timeout(180)
@@ -143,3 +144,22 @@ def test_a_subproc_run_keeps_its_snapshots_in_the_slots_and_heals_exactly_as_the
         for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(x, y)
     assert [sorted(f.restored) for f in failures] == [[2, 3], [0, 1]]
+
+
+def test_recycled_workers_envs_go_on_from_their_snapshots_in_the_slots(tmp_path):
+    """Workers replaced on purpose, every 25 steps, with snapshots every 10 kept in the slots: the run is
+    the unfaulted one, and each replacement is logged with the envs put back."""
+    marker = str(tmp_path / "never")
+    envs = [functools.partial(diary, tag, marker) for tag in range(NUM_ENVS)]
+    actions = [np.random.default_rng(t).integers(0, 3, NUM_ENVS) for t in range(100)]
+    with ParallelEnv(envs, asynchronous="restart") as reference:
+        unfaulted = trajectory(reference, actions, None, "")
+    with ParallelEnv(envs, para_mode="subproc", num_workers=2, asynchronous="restart", snapshots=10,
+                     recycle=Recycling(steps=25)) as penv:
+        recycled = trajectory(penv, actions, None, "")
+        failures = penv.failures
+    for a, b in zip(unfaulted, recycled, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
+    assert failures and {f.kind for f in failures} == {WORKER_RECYCLED}
+    assert all(set(f.restored) == set(f.env_ids) for f in failures), failures
