@@ -45,7 +45,7 @@ MIN_SLOT_BYTES = 16 * 1024
 ROOM = 4  # a slot's size over the largest state seen: an env's state may grow (a longer episode's history)
 _WAYS = (PROTOCOL, MUJOCO, ALE, PICKLE, TENSOR)
 _HEAD = struct.Struct("<IBH")  # the bytes that follow, the way's index, the class name's length
-_SLOTS_AT = 64  # the announced word, then each env's target, before the slots
+_TARGETS_AT = 8  # after the announced word; then each env's target byte, then the slots
 
 
 class _Area:
@@ -57,19 +57,24 @@ class _Area:
         # Memoryviews, not arrays: a snapshot step reads and writes a few items of each, which NumPy
         # does at several times the cost.
         self.announced = buf[:8].cast("q")
-        self.targets = buf[8:8 + num_envs]
+        self.targets = buf[_TARGETS_AT:_TARGETS_AT + num_envs]
         self._view: memoryview | None = buf
         # The parent's: the slot of each env's last snapshot (one the first snapshot step does not write).
         self.current = bytearray(b"\x01") * num_envs if owner else bytearray()
-        # The segment goes when the last state read from it does (a larger one may have taken its place).
+        # The segment goes with the last reference to it: a state kept from it outlives its replacement by
+        # larger slots.
         self._finalizer = weakref.finalize(self, _release, segment, owner, (self.announced, self.targets))
 
     @staticmethod
+    def _slots_at(num_envs: int) -> int:
+        return _TARGETS_AT + math.ceil(num_envs / 8) * 8
+
+    @staticmethod
     def size(num_envs: int, slot_bytes: int) -> int:
-        return _SLOTS_AT + math.ceil(num_envs / 8) * 8 + 2 * num_envs * slot_bytes
+        return _Area._slots_at(num_envs) + 2 * num_envs * slot_bytes
 
     def _at(self, env_id: int, slot: int) -> int:
-        return _SLOTS_AT + math.ceil(self.num_envs / 8) * 8 + (2 * env_id + slot) * self.slot_bytes
+        return self._slots_at(self.num_envs) + (2 * env_id + slot) * self.slot_bytes
 
     def write(self, env_id: int, state: EnvState) -> bool:
         """Put ``state`` in the slot the parent named for ``env_id``; False where it does not fit."""
