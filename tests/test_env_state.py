@@ -172,6 +172,41 @@ def test_a_wrappers_own_state_is_taken_with_the_env(make_penv):
     assert_same(first, play(penv, [np.ones(2, dtype=np.int64)] * 60))
 
 
+class Keeper(gym.Wrapper):
+    """A wrapper whose attributes hold arrays of every kind and generators, nested too."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.records = np.zeros(2, dtype=[("count", "<i4"), ("total", "<f8")])
+        self.names = np.array(["a", "bb"], dtype=np.dtypes.StringDType())
+        self.when = np.array(["2026-11-28"], dtype="datetime64[ns]")
+        self.history = [np.arange(3.0), {"last": np.ones((2, 2), np.float32).T}]
+        self.rng = np.random.default_rng(0)
+        self.others = [np.random.default_rng(1)]
+
+
+def test_a_wrappers_arrays_and_generators_come_back_as_they_were():
+    env = Keeper(ProtocolWalker())
+    env.reset(seed=0)
+    state = capture.capture_env(env)
+    expected = pickle.loads(pickle.dumps(vars(env)))  # a deep copy of its attributes as they were
+    rng = env.rng
+    env.records["count"] += 5
+    env.names[0] = "changed"
+    env.history[1]["last"][0, 0] = 9.0
+    env.rng.random(3)
+    env.others[0].random(3)
+    capture.restore_env(env, state)
+    assert env.rng is rng, "a generator held by an attribute gets the state put back into it"
+    assert env.rng.random() == expected["rng"].random() and env.others[0].random() == expected["others"][0].random()
+    for name in ("records", "names", "when"):
+        got, want = getattr(env, name), expected[name]
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+    assert np.array_equal(env.history[0], expected["history"][0])
+    last = env.history[1]["last"]
+    assert last.dtype == np.float32 and np.array_equal(last, expected["history"][1]["last"]) and last.flags.writeable
+
+
 def test_a_pickle_is_trusted_only_once_checked(make_penv, monkeypatch):
     monkeypatch.setattr(capture, "_TRUSTED_PICKLES", set())
     penv = make_penv([walker] * 2)

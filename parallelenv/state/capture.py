@@ -171,10 +171,16 @@ def _put_attributes(obj: Any, attributes: dict[str, Any]) -> None:
             own[name] = value
 
 
+# The dtypes that their ``str`` names whole and whose bytes are the values: booleans, numbers, fixed-size
+# strings and bytes, dates and durations.
+_PLAIN_KINDS = frozenset("biufcSUmM")
+
+
 def _reduce_array(array: np.ndarray) -> tuple[Any, ...]:
     # Its bytes, dtype and shape pickle several times faster than the array itself (a snapshot step
     # takes every env's state: see the env-state page's cost table).
-    if array.dtype.hasobject:
+    dtype = array.dtype
+    if dtype.kind not in _PLAIN_KINDS or dtype.fields is not None:  # objects, records, NumPy's StringDType
         return array.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
     return _array, (array.tobytes(), array.dtype.str, array.shape)
 
