@@ -178,7 +178,8 @@ class Keeper(gym.Wrapper):
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         self.records = np.zeros(2, dtype=[("count", "<i4"), ("total", "<f8")])
-        self.names = np.array(["a", "bb"], dtype=np.dtypes.StringDType())
+        string_dtype = getattr(getattr(np, "dtypes", None), "StringDType", None)  # NumPy 2's
+        self.names = np.array(["a", "bb"], dtype=string_dtype() if string_dtype else "<U2")
         self.when = np.array(["2026-11-28"], dtype="datetime64[ns]")
         self.history = [np.arange(3.0), {"last": np.ones((2, 2), np.float32).T}]
         self.rng = np.random.default_rng(0)
