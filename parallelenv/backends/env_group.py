@@ -91,7 +91,7 @@ class EnvGroup:
         }
         # States taken since the envs' last call, for the snapshot step expected next (take_ahead_if_due),
         # and what it is expected from: the calls between the last two snapshot steps, and the last one's.
-        self.taken_ahead: tuple[frozenset[str], dict[int, EnvState | str]] | None = None
+        self.taken_ahead: dict[int, EnvState | str] | None = None
         self._cadence = self._calls_since_snapshot = 0
         self._snapshot_ids: tuple[int, ...] = ()
         self._trusted: frozenset[str] = frozenset()
@@ -136,6 +136,8 @@ class EnvGroup:
     def _snapshot_came(self, call: Step) -> None:
         if self._snapshot_ids:
             self._cadence = self._calls_since_snapshot + 1
+        if call.snapshot != self._trusted:
+            self.taken_ahead = None  # taken with other classes' pickles trusted
         self._calls_since_snapshot, self._snapshot_ids, self._trusted = 0, call.env_ids, call.snapshot
 
     def take_ahead_if_due(self) -> None:
@@ -145,8 +147,7 @@ class EnvGroup:
         if not self._cadence or self._calls_since_snapshot + 1 != self._cadence or self.taken_ahead is not None:
             return
         began = perf_counter()
-        self.taken_ahead = (self._trusted, {env_id: captured(self._env(env_id), self._trusted)
-                                            for env_id in self._snapshot_ids})
+        self.taken_ahead = {env_id: captured(self._env(env_id), self._trusted) for env_id in self._snapshot_ids}
         if self._clock is not None:
             self._clock.ran_call(perf_counter() - began)
 
@@ -235,8 +236,7 @@ class EnvGroup:
         """Each env's state before it steps (lossless healing's snapshot, see Step.snapshot), in the reply;
         those taken ahead where they were (nothing has changed them since)."""
         assert call.snapshot is not None
-        ahead, self.taken_ahead = self.taken_ahead, None
-        taken = ahead[1] if ahead is not None and ahead[0] == call.snapshot else {}
+        taken, self.taken_ahead = self.taken_ahead or {}, None
         states = {env_id: taken[env_id] if env_id in taken else captured(self._env(env_id), call.snapshot)
                   for env_id in call.env_ids}
         return dataclasses.replace(self._step(Step(call.env_ids, call.live, call.awaited)), states=states)

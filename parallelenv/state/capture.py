@@ -141,7 +141,7 @@ def _attributes(obj: Any, leave_out: frozenset[str] = frozenset()) -> dict[str, 
     """``obj``'s own attributes that its next steps may depend on: not the envs it holds (a wrapper's
     inner env is not its state), nor its spaces and spec, which stay what they were built as (a space's
     own generator, for ``space.sample()``, is the caller's, not the env's). Its arrays and generators
-    are pickled by :func:`_dumps_state`'s reductions."""
+    are pickled by :func:`_dumps`'s reductions."""
     own = vars(obj)
     kept = dict(own)
     for name in leave_out & own.keys():
@@ -211,23 +211,19 @@ class _CloudStatePickler(pickling.Pickler):
     dispatch_table = ChainMap(_STATE_REDUCTIONS, pickling.Pickler.dispatch_table)
 
 
-def _dumps_state(value: Any) -> bytes:
-    """As :func:`_dumps`, with the state's reductions of arrays and generators."""
+def _dumps(value: Any, reduced: bool = False) -> bytes:
+    """The standard pickle where it serves (a state is small, and it is the cheaper), else the
+    project's cloudpickle (:mod:`parallelenv.backends.pickling`), which takes what the user's script
+    defines; ``reduced``: with the state's reductions of arrays and generators (the adapters' and
+    wrappers' attributes; a whole env's pickle is NumPy's own)."""
     try:
+        if not reduced:
+            return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         with io.BytesIO() as file:
             _StatePickler(file, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
             return file.getvalue()
     except Exception:  # noqa: BLE001  (a lambda, a class defined in a function: cloudpickle takes those)
-        return pickling.dumps(value, _CloudStatePickler)
-
-
-def _dumps(value: Any) -> bytes:
-    """The standard pickle where it serves (a state is small, and it is the cheaper), else the
-    project's cloudpickle (:mod:`parallelenv.backends.pickling`), which takes what the user's script defines."""
-    try:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # noqa: BLE001  (a lambda, a class defined in a function: cloudpickle takes those)
-        return pickling.dumps(value)
+        return pickling.dumps(value, _CloudStatePickler if reduced else None)
 
 
 _INNER_ENV = frozenset({"env"})
@@ -291,7 +287,7 @@ def capture_env(env: Any, trusted: Iterable[str] = ()) -> EnvState:
               for layer in wrappers]
     core_state = _core_state(core, way)
     try:
-        data = _dumps_state((layers, core_state))
+        data = _dumps((layers, core_state), reduced=True)
     except Exception as exc:
         raise StateError(f"the state of {cls} (its wrappers {[type(w).__name__ for w in wrappers]}) "
                          f"does not pickle: {type(exc).__name__}: {exc}") from exc
