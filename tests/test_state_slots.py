@@ -102,6 +102,9 @@ def test_a_state_too_large_for_its_slot_comes_on_the_pipe_and_makes_room(ends):
     assert told.told_slots[0] is not None and parent.all_told([told], frozenset())
     assert reply.states[0].read() == large and reply.states[1].read() == state(b"f")
     assert small.read() == state(b"e"), "a state kept in the smaller slots lives on with them"
+    parent.close()
+    with pytest.raises(ValueError, match="closed"):
+        small.read()  # the smaller slots went with the larger ones, though a state kept from them lives
 
 
 class Diary(FragileWalker):

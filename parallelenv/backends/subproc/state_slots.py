@@ -135,6 +135,9 @@ class StateSlots:
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
         self._area: _Area | None = None
+        # Every segment made, the larger slots' predecessors too while a state kept from them lives: each
+        # goes at close(), not when the last such state is collected.
+        self._made: weakref.WeakSet[_Area] = weakref.WeakSet()
         self._pending: dict[int, int] = {}  # env id -> the slot its snapshot step under way writes
         self.expecting = False  # a snapshot step was sent: its replies may bring states to size the slots by
         self._needed = 0  # the largest state that came on a pipe since the slots were made
@@ -205,14 +208,15 @@ class StateSlots:
         slot_bytes = max(MIN_SLOT_BYTES, math.ceil(ROOM * needed / 4096) * 4096)
         segment = segment_for(_Area.size(self.num_envs, slot_bytes), self.num_envs)
         self._area, self._needed = _Area(segment, self.num_envs, slot_bytes, owner=True), 0
+        self._made.add(self._area)
         # Answers still to come were aimed at the old slots: they bring no state, and the journal keeps
         # the snapshots it has of those envs.
         self._pending.clear()
 
     def close(self) -> None:
-        if self._area is not None:
-            self._area.close()
-            self._area = None
+        for area in list(self._made):
+            area.close()
+        self._area = None
 
 
 class WorkerSlots:
