@@ -172,6 +172,11 @@ register("parallelenv-subproc-healing", SUBPROCESS, ours=True, requires=("parall
          note="as parallelenv-subproc-counted, with healing on (on_worker_failure='restart')")(
     functools.partial(ParallelEnvRunner, mode="subproc", cores=_a_core_per_worker, on_worker_failure="restart"))
 
+register("parallelenv-subproc-restart", SUBPROCESS, ours=True, requires=("parallelenv",), workloads=frozenset(),
+         baseline="parallelenv-subproc", note="as parallelenv-subproc, with healing on (on_worker_failure='restart'): "
+         "what the snapshot variants add to")(
+    functools.partial(ParallelEnvRunner, mode="subproc", on_worker_failure="restart"))
+
 # Lossless healing's cost: snapshots of every env every N steps and the steps since kept (cheetah8 is the bar).
 for _every in (100, 10):
     register(f"parallelenv-subproc-snapshots{_every}", SUBPROCESS, ours=True, requires=("parallelenv",),

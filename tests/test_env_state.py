@@ -208,6 +208,29 @@ def test_a_wrappers_arrays_and_generators_come_back_as_they_were():
     assert last.dtype == np.float32 and np.array_equal(last, expected["history"][1]["last"]) and last.flags.writeable
 
 
+class Recorded(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """A wrapper that Gymnasium records the constructor's arguments of, with metadata of its own."""
+
+    def __init__(self, env: gym.Env, label: str) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, label=label)
+        super().__init__(env)
+        self.metadata = {"render_modes": [], "label": label}
+        self.steps_seen = 0
+
+
+def test_what_an_env_was_built_with_stays_out_of_its_state():
+    """Metadata, spaces and the constructor's recorded arguments are the env's as built, not its state:
+    put into another env built the same way, they stay that env's; its counters do come back."""
+    env = Recorded(ProtocolWalker(), label="built-with-marker")
+    env.steps_seen = 7
+    state = capture.capture_env(env)
+    assert b"built-with-marker" not in state.data
+    other = Recorded(ProtocolWalker(), label="another-marker")
+    capture.restore_env(other, state)
+    assert other.steps_seen == 7
+    assert other.metadata["label"] == "another-marker" and other._saved_kwargs == {"label": "another-marker"}
+
+
 def test_a_pickle_is_trusted_only_once_checked(make_penv, monkeypatch):
     monkeypatch.setattr(capture, "_TRUSTED_PICKLES", set())
     penv = make_penv([walker] * 2)

@@ -11,7 +11,6 @@ reported in it, and the call still runs on every other env it names.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from time import perf_counter
@@ -239,7 +238,7 @@ class EnvGroup:
         taken, self.taken_ahead = self.taken_ahead or {}, None
         states = {env_id: taken[env_id] if env_id in taken else captured(self._env(env_id), call.snapshot)
                   for env_id in call.env_ids}
-        return dataclasses.replace(self._step(Step(call.env_ids, call.live, call.awaited)), states=states)
+        return self._step(Step(call.env_ids, call.live, call.awaited)).with_states(states)
 
     def _restarted(self, env_id: int, env: gym.Env, result: tuple) -> tuple:
         """The step result of an env that finished, reset in the same step ("restart").

@@ -73,6 +73,7 @@ class EnvState:
         return f"EnvState(way={self.way!r}, env_class={self.env_class!r}, {self.nbytes} bytes)"
 
 
+@functools.lru_cache(maxsize=1024)  # a snapshot step names every env's class
 def class_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -137,26 +138,37 @@ def _layers(env: Any) -> list[Any]:
     return layers
 
 
-def _attributes(obj: Any, leave_out: frozenset[str] = frozenset()) -> dict[str, Any]:
+# What an env or wrapper was built with, which an env built the same way holds already: its metadata,
+# spaces and spec (a wrapper's own are None where it keeps its inner env's), and the constructor's
+# arguments that Gymnasium keeps to pickle it (RecordConstructorArgs' and EzPickle's): a fifth of a MuJoCo
+# env's state. Any other space, spec or env an attribute holds is left out by its type.
+_BUILT_WITH = frozenset({"metadata", "_metadata", "action_space", "observation_space", "_action_space",
+                         "_observation_space", "spec", "_cached_spec", "_saved_kwargs", "_ezpickle_args",
+                         "_ezpickle_kwargs"})
+
+
+def _attributes(obj: Any, leave_out: frozenset[str] = _BUILT_WITH) -> dict[str, Any]:
     """``obj``'s own attributes that its next steps may depend on: not the envs it holds (a wrapper's
-    inner env is not its state), nor its spaces and spec, which stay what they were built as (a space's
-    own generator, for ``space.sample()``, is the caller's, not the env's). Its arrays and generators
-    are pickled by :func:`_dumps`'s reductions."""
+    inner env is not its state), nor its spaces, spec and what else it was built with (``_BUILT_WITH``),
+    which stay what they were built as (a space's own generator, for ``space.sample()``, is the caller's,
+    not the env's). Its arrays and generators are pickled by :func:`_dumps`'s reductions."""
     own = vars(obj)
     kept = dict(own)
-    for name in leave_out & own.keys():
+    for name in leave_out.intersection(own):
         del kept[name]
-    # Most attributes are taken as they are: they are looked at one by one only where one is left out.
-    if any(map(_left_out, set(map(type, kept.values())))):
-        for name, value in own.items():
-            if name in kept and _left_out(type(value)):
-                del kept[name]
-    return kept
+    # Most attributes are taken as they are, their types seen before: they are looked at one by one only
+    # where one of a new type is among them.
+    kinds = set(map(type, kept.values()))
+    if kinds <= _KEPT_KINDS:
+        return kept
+    for kind in kinds - _KEPT_KINDS:
+        if not issubclass(kind, (gym.Env, gym.Space, EnvSpec)):
+            _KEPT_KINDS.add(kind)
+    return {name: value for name, value in kept.items() if type(value) in _KEPT_KINDS}
 
 
-@functools.cache
-def _left_out(kind: type) -> bool:
-    return issubclass(kind, (gym.Env, gym.Space, EnvSpec))
+# The types of attribute values seen that are taken (not envs, spaces or specs).
+_KEPT_KINDS: set[type] = set()
 
 
 def _put_attributes(obj: Any, attributes: dict[str, Any]) -> None:
@@ -203,8 +215,16 @@ def _generator(state: dict[str, Any]) -> np.random.Generator:
 _STATE_REDUCTIONS = {np.ndarray: _reduce_array, np.random.Generator: _reduce_generator}
 
 
+class _Reductions(dict):
+    """The state's reductions, then copyreg's, looked up by the C pickler at C speed for its own types (a
+    ChainMap would run Python code for every array and generator)."""
+
+    def __missing__(self, kind: type) -> Any:
+        return copyreg.dispatch_table[kind]
+
+
 class _StatePickler(pickle.Pickler):
-    dispatch_table = ChainMap(_STATE_REDUCTIONS, copyreg.dispatch_table)
+    dispatch_table = _Reductions(_STATE_REDUCTIONS)
 
 
 class _CloudStatePickler(pickling.Pickler):
@@ -226,8 +246,8 @@ def _dumps(value: Any, reduced: bool = False) -> bytes:
         return pickling.dumps(value, _CloudStatePickler if reduced else None)
 
 
-_INNER_ENV = frozenset({"env"})
-_SIMULATOR_HANDLES = {MUJOCO: frozenset({"model", "data", "mujoco_renderer"}), ALE: frozenset({"ale"})}
+_INNER_ENV = _BUILT_WITH | {"env"}
+_SIMULATOR_HANDLES = {MUJOCO: _BUILT_WITH | {"model", "data", "mujoco_renderer"}, ALE: _BUILT_WITH | {"ale"}}
 
 
 def _core_state(core: Any, way: str) -> Any:
@@ -236,17 +256,13 @@ def _core_state(core: Any, way: str) -> Any:
     if way == MUJOCO:
         import mujoco
 
-        spec = mujoco.mjtState.mjSTATE_INTEGRATION
-        data = core.data
-        size = mujoco.mj_stateSize(core.model, spec)
-        # One array, the integration state then the bodies' positions as the last step computed them
-        # (from before it integrated), which no integration state holds: Ant's and Humanoid's rewards
-        # read them before their next step.
-        simulator = np.empty(size + data.xpos.size + data.xipos.size)
-        mujoco.mj_getState(core.model, data, simulator[:size], spec)
-        simulator[size:size + data.xpos.size] = data.xpos.ravel()
-        simulator[size + data.xpos.size:] = data.xipos.ravel()
-        simulator = simulator.tobytes()
+        spec, model, data = mujoco.mjtState.mjSTATE_INTEGRATION, core.model, core.data
+        integration = np.empty(mujoco.mj_stateSize(model, spec))
+        mujoco.mj_getState(model, data, integration, spec)
+        # The integration state, then the bodies' positions as the last step computed them (from before
+        # it integrated), which no integration state holds: Ant's and Humanoid's rewards read them before
+        # their next step. Both kinds of positions are C-ordered float64, as the integration state is.
+        simulator = integration.tobytes() + data.xpos.tobytes() + data.xipos.tobytes()
     else:
         simulator = core.ale.cloneState(include_rng=True)
     return simulator, _attributes(core, _SIMULATOR_HANDLES[way])

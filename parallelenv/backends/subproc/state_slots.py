@@ -29,7 +29,6 @@ references, read when a state is wanted: a replay, or any pickle of one
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import struct
 import weakref
@@ -193,7 +192,7 @@ class StateSlots:
                     self._needed = max(self._needed, *(s.nbytes + len(s.env_class) + _HEAD.size
                                                        for s in states.values() if isinstance(s, EnvState)), 0)
                 if kept:
-                    reply = dataclasses.replace(reply, states={**states, **kept})
+                    reply = reply.with_states({**states, **kept})
             filled.append(reply)
         self.expecting = bool(pending)
         if self._needed and (area is None or self._needed > area.slot_bytes):
@@ -262,7 +261,7 @@ class WorkerSlots:
         assert area is not None
         left = {env_id: state for env_id, state in reply.states.items()
                 if not (isinstance(state, EnvState) and area.write(env_id, state))}
-        return dataclasses.replace(reply, states=left or None)
+        return reply.with_states(left or None)
 
     def close(self) -> None:
         if self._area is not None:
