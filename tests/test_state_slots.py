@@ -58,15 +58,39 @@ def piped_snapshot(parent: StateSlots, worker: WorkerSlots, states: dict[int, An
     return worker.keep(snapshot_reply(states))
 
 
-def test_states_go_to_the_slots_and_a_refusal_stays_in_the_reply(ends):
+def test_states_and_refusals_go_to_the_slots(ends):
     parent, worker = ends
+    [reply] = parent.fill([piped_snapshot(parent, worker, {0: state(b"a"), 1: state(b"a")})])
+    last_of_1 = reply.states[1]
     sent = piped_snapshot(parent, worker, {0: state(b"b"), 1: "its get_state raised"})
-    assert sent.states == {1: "its get_state raised"}
+    assert sent.states is None, "nothing left for the pipe: the worker answers quietly"
     [reply] = parent.fill([sent])
     kept = reply.states[0]
     assert isinstance(kept, SlotState) and kept.read() == state(b"b")
     assert pickle.loads(pickle.dumps(kept)) == state(b"b")  # what a replay's message carries
     assert reply.states[1] == "its get_state raised"
+    # The same refusal again is a word in the slot, and the parent still gives its reason; another reason
+    # is written whole; the refusals leave the refused env's last snapshot alone.
+    for fill, reason in ((b"c", "its get_state raised"), (b"d", "its get_state raised"), (b"e", "another reason")):
+        [reply] = parent.fill([piped_snapshot(parent, worker, {0: state(fill), 1: reason})])
+        assert reply.states[1] == reason and reply.states[0].read() == state(fill)
+    assert last_of_1.read() == state(b"a")
+
+
+def test_a_first_snapshot_step_of_refusals_alone_makes_the_slots():
+    parent, worker = StateSlots(len(IDS)), WorkerSlots()
+    try:
+        parent.aim(IDS)
+        [first] = parent.fill([snapshot_reply({0: "no way", 1: "no way"})])
+        assert first.states == {0: "no way", 1: "no way"}
+        told = Told()
+        sent = piped_snapshot(parent, worker, {0: "no way", 1: "no way"}, told)
+        assert sent.states is None and parent.all_told([told], frozenset())  # the next ones are announced
+        [reply] = parent.fill([sent])
+        assert reply.states == {0: "no way", 1: "no way"}
+    finally:
+        worker.close()
+        parent.close()
 
 
 def test_a_worker_dying_while_it_writes_leaves_the_last_snapshot_whole(ends):

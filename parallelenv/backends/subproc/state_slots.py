@@ -15,6 +15,10 @@ references, read when a state is wanted: a replay, or any pickle of one
   pipes, with :data:`ROOM` times the largest of them to each slot (at least
   :data:`MIN_SLOT_BYTES`). A state too large for its slot comes on the pipe,
   and the next snapshot step has a segment with room for it.
+- An env whose state cannot be taken writes why to its slot instead, once;
+  while the reason stays the same, its later refusals say only "again", and
+  the parent keeps the reason. So a snapshot step of envs that refuse is
+  announced and answered as quietly as any other.
 - A worker learns the segment from a snapshot step on its pipe
   (``wire.SNAPSHOT_STEP``), which names it where the worker has not been
   told, with the env classes whose pickle is trusted (``Step.snapshot``).
@@ -43,7 +47,12 @@ __all__ = ["SlotState", "StateSlots", "WorkerSlots"]
 MIN_SLOT_BYTES = 16 * 1024
 ROOM = 4  # a slot's size over the largest state seen: an env's state may grow (a longer episode's history)
 _WAYS = (PROTOCOL, MUJOCO, ALE, PICKLE, TENSOR)
-_HEAD = struct.Struct("<IBH")  # the bytes that follow, the way's index, the class name's length
+# A slot's way where it holds a refusal: its reason, or none where it is the reason the env's last refusal gave
+# (an env that cannot be snapshotted says why once, not on every snapshot step).
+_REFUSED, _REFUSED_AGAIN = len(_WAYS), len(_WAYS) + 1
+_REASON_GIVEN_BEFORE = "its state could not be taken, for the reason given on an earlier snapshot step"
+_HEAD = struct.Struct("<IBH")  # the record's bytes, the way's index, the class name's length
+_WAY_AT = 4  # the way's byte in the head
 _TARGETS_AT = 8  # after the announced word; then each env's target byte, then the slots
 
 
@@ -75,25 +84,40 @@ class _Area:
     def _at(self, env_id: int, slot: int) -> int:
         return self._slots_at(self.num_envs) + (2 * env_id + slot) * self.slot_bytes
 
-    def write(self, env_id: int, state: EnvState) -> bool:
-        """Put ``state`` in the slot the parent named for ``env_id``; False where it does not fit."""
-        name = state.env_class.encode()
-        size = _HEAD.size + len(name) + len(state.data)
+    def write(self, env_id: int, state: EnvState | str, again: bool = False) -> bool:
+        """Put ``state`` (a refusal's reason where a str; ``again``: the env's last refusal's) in the slot
+        the parent named for ``env_id``; False where it does not fit."""
+        if isinstance(state, EnvState):
+            way, name, data = _WAYS.index(state.way), state.env_class.encode(), state.data
+        else:
+            way, name, data = (_REFUSED_AGAIN, b"", b"") if again else (_REFUSED, b"", state.encode())
+        size = _HEAD.size + len(name) + len(data)
         if size > self.slot_bytes or self._view is None:
             return False
         at = self._at(env_id, self.targets[env_id])
         view = self._view
-        _HEAD.pack_into(view, at, size, _WAYS.index(state.way), len(name))
+        _HEAD.pack_into(view, at, size, way, len(name))
         view[at + _HEAD.size:at + _HEAD.size + len(name)] = name
-        view[at + _HEAD.size + len(name):at + size] = state.data
+        view[at + _HEAD.size + len(name):at + size] = data
         return True
 
-    def read(self, env_id: int, slot: int) -> EnvState:
+    def way_at(self, env_id: int, slot: int) -> int:
+        return self.slots_view()[self._at(env_id, slot) + _WAY_AT]
+
+    def reason(self, env_id: int, slot: int) -> str:
+        at = self._at(env_id, slot)
+        size = _HEAD.unpack_from(self.slots_view(), at)[0]
+        return bytes(self.slots_view()[at + _HEAD.size:at + size]).decode()
+
+    def slots_view(self) -> memoryview:
         if self._view is None:
             raise ValueError("this state was kept by a ParallelEnv that is closed: take it while it runs")
-        at = self._at(env_id, slot)
-        size, way, name_size = _HEAD.unpack_from(self._view, at)
-        data = bytes(self._view[at + _HEAD.size:at + size])
+        return self._view
+
+    def read(self, env_id: int, slot: int) -> EnvState:
+        view, at = self.slots_view(), self._at(env_id, slot)
+        size, way, name_size = _HEAD.unpack_from(view, at)
+        data = bytes(view[at + _HEAD.size:at + size])
         return EnvState(_WAYS[way], data[:name_size].decode(), data[name_size:])
 
     def close(self) -> None:
@@ -138,6 +162,7 @@ class StateSlots:
         # goes at close(), not when the last such state is collected.
         self._made: weakref.WeakSet[_Area] = weakref.WeakSet()
         self._pending: dict[int, int] = {}  # env id -> the slot its snapshot step under way writes
+        self._reasons: dict[int, str] = {}  # the reason each env's last refusal gave in a slot
         self.expecting = False  # a snapshot step was sent: its replies may bring states to size the slots by
         self._needed = 0  # the largest state that came on a pipe since the slots were made
 
@@ -186,8 +211,14 @@ class StateSlots:
                     slot = pending.pop(env_id, None)
                     if slot is not None and env_id not in states:
                         assert area is not None
-                        kept[env_id] = SlotState(area, env_id, slot)
-                        area.current[env_id] = slot
+                        way = area.way_at(env_id, slot)
+                        if way == _REFUSED:
+                            kept[env_id] = self._reasons[env_id] = area.reason(env_id, slot)
+                        elif way == _REFUSED_AGAIN:
+                            kept[env_id] = self._reasons.get(env_id, _REASON_GIVEN_BEFORE)
+                        else:  # the env's snapshot from now on; a refusal leaves the last one's slot alone
+                            kept[env_id] = SlotState(area, env_id, slot)
+                            area.current[env_id] = slot
                 if states:
                     self._needed = max(self._needed, *(s.nbytes + len(s.env_class) + _HEAD.size
                                                        for s in states.values() if isinstance(s, EnvState)), 0)
@@ -195,7 +226,9 @@ class StateSlots:
                     reply = reply.with_states({**states, **kept})
             filled.append(reply)
         self.expecting = bool(pending)
-        if self._needed and (area is None or self._needed > area.slot_bytes):
+        # Made at the first snapshot step's replies, a step that only brought refusals too: a refusal is
+        # written to the slots, and the steps that follow are announced.
+        if area is None or self._needed > area.slot_bytes:
             self._make(self._needed)
         return filled
 
@@ -227,6 +260,7 @@ class WorkerSlots:
         self._seen = 0
         self.trusted: frozenset[str] = frozenset()
         self.aimed = False  # the step being run writes its states to the slots
+        self._refused: dict[int, str] = {}  # the reason each env's last refusal written to the slots gave
 
     def learn(self, announcement: bytes, trusted: frozenset[str]) -> None:
         """A snapshot step came on the pipe: its slots (where it names them) and trusted classes."""
@@ -257,10 +291,18 @@ class WorkerSlots:
         self.aimed = False
         if reply.states is None:
             return reply
-        area = self._area
+        area, refused = self._area, self._refused
         assert area is not None
-        left = {env_id: state for env_id, state in reply.states.items()
-                if not (isinstance(state, EnvState) and area.write(env_id, state))}
+        left = {}
+        for env_id, state in reply.states.items():
+            if isinstance(state, EnvState):
+                written = area.write(env_id, state)
+            else:  # why it could not be taken: said once, and then as "again" while the reason stays
+                written = area.write(env_id, state, again=refused.get(env_id) == state)
+                if written:
+                    refused[env_id] = state
+            if not written:
+                left[env_id] = state
         return reply.with_states(left or None)
 
     def close(self) -> None:
