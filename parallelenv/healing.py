@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,9 @@ class SurvivedFailure:
         traceback: the env's remote traceback, for an env error.
         restored: the envs put back into their last snapshot, their steps since replayed, instead of
             reset (``ParallelEnv(snapshots=...)``): their episodes go on as if nothing had happened.
+        not_restored: with ``snapshots=``, each other env rebuilt for it, reset instead, and why it had no
+            snapshot to go back to (its state could not be taken, and the reason; a call changed it since;
+            none taken yet; ...).
     """
 
     time: float
@@ -50,6 +54,7 @@ class SurvivedFailure:
     reason: str
     traceback: str = ""
     restored: tuple[int, ...] = ()
+    not_restored: Mapping[int, str] = dataclasses.field(default_factory=dict, hash=False)
 
 
 class Healing:
@@ -98,9 +103,11 @@ class Healing:
         last = self.failures[-1]
         self.failures[-1] = dataclasses.replace(last, env_ids=tuple(sorted(set(env_ids) | set(last.env_ids))))
 
-    def name_restored(self, failure: SurvivedFailure, env_ids: list[int]) -> SurvivedFailure:
-        """Let ``failure`` (logged) name the envs put back into their snapshot for it; the entry as it is now."""
-        named = dataclasses.replace(failure, restored=tuple(sorted(env_ids)))
+    def name_restored(self, failure: SurvivedFailure, env_ids: list[int], reset: dict[int, str]) -> SurvivedFailure:
+        """Let ``failure`` (logged) name the envs put back into their snapshot for it, and the others reset
+        with why; the entry as it is now."""
+        named = dataclasses.replace(failure, restored=tuple(sorted(env_ids)),
+                                    not_restored={**failure.not_restored, **dict(sorted(reset.items()))})
         self.failures[next(k for k in range(len(self.failures) - 1, -1, -1) if self.failures[k] is failure)] = named
         return named
 

@@ -22,6 +22,7 @@ from test_env_state import Walker, assert_same
 
 from parallelenv import ParallelEnv, check_state
 from parallelenv.infos.keys import WORKER_RESTARTED
+from parallelenv.state import capture
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -92,6 +93,29 @@ def test_a_worker_lost_mid_episode_cuts_no_episode(tmp_path, request, para_mode,
     assert len(failures) == 2, failures
     assert 2 in failures[0].restored and 0 in failures[1].restored
     assert all(set(f.restored) == set(f.env_ids) for f in failures)
+
+
+def test_an_env_that_cannot_be_snapshotted_is_reset_and_the_log_says_why(tmp_path, monkeypatch):
+    """Walkers whose pickle no check_state has verified are refused at every snapshot step (their reason
+    written to the state slots once, then "again"); a lost worker's are rebuilt and reset, said in their
+    info, and the failure log gives each one's reason."""
+    monkeypatch.setattr(capture, "_TRUSTED_PICKLES", set())
+    marker = str(tmp_path / "fault")
+    envs = [functools.partial(fragile, tag, marker) for tag in range(NUM_ENVS)]
+    with ParallelEnv(envs, para_mode="subproc", num_workers=2, asynchronous="restart", on_worker_failure="restart",
+                     snapshots=5) as penv:
+        penv.reset(seed=0)
+        for t in range(30):
+            if t == 23:
+                with open(marker, "w") as file:
+                    file.write("2 killed")
+            info = penv.step(np.ones(NUM_ENVS, dtype=np.int64))[4]
+            cut = info.get("_" + WORKER_RESTARTED, np.zeros(NUM_ENVS, bool))
+            assert list(cut) == ([False, False, True, True] if t == 23 else [False] * NUM_ENVS), t
+        [failure] = penv.failures
+    assert failure.restored == () and set(failure.not_restored) == {2, 3}
+    for why in failure.not_restored.values():
+        assert why.startswith("its state could not be taken") and "FragileWalker" in why and "check_state" in why
 
 
 def test_snapshots_need_a_restart_and_a_cadence():

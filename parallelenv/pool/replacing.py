@@ -41,7 +41,7 @@ class ReplacesWorkers:
             self.close()  # type: ignore[attr-defined]
             raise self._healing.over_budget(list(slot.env_ids), what)
         if slot.resume_from is not None:  # served again from the last batch's end: no episode is cut
-            self._healing.name_restored(self._healing.failures[-1], list(slot.env_ids))
+            self._healing.name_restored(self._healing.failures[-1], list(slot.env_ids), {})
         elif slot.started:  # a replacement that died before it started (a node not yet known lost) began nothing
             self._lost.extend(LostWork(slot.index, slot.env_ids, s.policy_version, describe(s.request), reason)
                               for s in slot.sent if isinstance(s.request, (Collect, CollectEpisodes)))

@@ -13,7 +13,7 @@ snapshots, so it holds about ``every`` steps; an env that no snapshot step
 reaches for :data:`KEPT_CADENCES` cadences (finished and idle, or stepped
 alone by ``send`` elsewhere) loses its snapshot instead of holding the
 record longer. An env whose state cannot be taken
-(its error is kept in ``refused``), or that a call changed since
+(:meth:`Journal.why_not` says why), or that a call changed since
 (``set_env_attr``, a method, a replacement), is rebuilt and reset as
 without snapshots until its next snapshot.
 """
@@ -31,6 +31,8 @@ from parallelenv.state.capture import trusted_classes
 DEFAULT_SNAPSHOT_EVERY = 100
 # How many cadences of entries the record keeps for an env that no snapshot step has reached since.
 KEPT_CADENCES = 3
+CHANGED_BY_A_CALL = ("a call that the record does not replay (set_env_attr, customized_method, replace_envs, "
+                     "set_state) went to it since its last snapshot")
 
 
 class Journal:
@@ -38,8 +40,8 @@ class Journal:
 
     def __init__(self, num_envs: int, every: int) -> None:
         self.every = every
-        self.states: list[Any] = [None] * num_envs  # None: no snapshot to go back to
-        self.refused: dict[int, str] = {}  # why an env's state could not be taken
+        self.states: list[Any] = [None] * num_envs  # None: no snapshot to go back to (why_not says why)
+        self._why_none: dict[int, str] = {}  # why an env has none, where a snapshot step has reached it
         self._snapshot_at = [0] * num_envs  # where each env's entries start in _entries
         self._sent_at: dict[int, int] = {}  # where the entries of each env's snapshot under way will start
         self._entries: list[tuple[str, np.ndarray, Any]] = []  # ("step", ids, actions) or ("reset", ids, call)
@@ -67,21 +69,27 @@ class Journal:
             if at is None:  # changed since the step was sent
                 continue
             if isinstance(state, str):
-                self.states[env_id], self.refused[env_id] = None, state
+                self.states[env_id], self._why_none[env_id] = None, f"its state could not be taken: {state}"
             else:
                 self.states[env_id] = state
-                self.refused.pop(env_id, None)
+                self._why_none.pop(env_id, None)
             self._snapshot_at[env_id] = at
         self._drop_unread()
 
     def reset(self, ids: tuple[int, ...], seeds: tuple[Any, ...], options: tuple[Any, ...]) -> None:
         self._entries.append(("reset", np.array(ids, dtype=np.int64), (seeds, options)))
 
-    def changed(self, env_ids: tuple[int, ...]) -> None:
+    def changed(self, env_ids: tuple[int, ...], why: str = CHANGED_BY_A_CALL) -> None:
         """These envs were changed by a call the record cannot replay: no snapshot until the next."""
         for env_id in env_ids:
+            if self.states[env_id] is not None or env_id in self._sent_at:
+                self._why_none[env_id] = why
             self.states[env_id] = None
             self._sent_at.pop(env_id, None)
+
+    def why_not(self, env_id: int) -> str:
+        """Why ``env_id`` has no snapshot to go back to (it is rebuilt and reset instead)."""
+        return self._why_none.get(env_id, "no snapshot step had reached it yet")
 
     def replay(self, env_ids: list[int]) -> Replay:
         """The call that puts ``env_ids`` (each with a snapshot) back where they stand now: the last
@@ -113,6 +121,9 @@ class Journal:
         """The envs whose entries start before ``oldest``: no snapshot (a reset on a failure), no entries."""
         for env_id, at in enumerate(self._snapshot_at):
             if at < oldest:
+                if self.states[env_id] is not None:
+                    self._why_none[env_id] = (f"no snapshot step reached it for {KEPT_CADENCES} cadences of "
+                                              f"{self.every} steps, and its snapshot was let go")
                 self.states[env_id], self._snapshot_at[env_id] = None, oldest
         self._drop_unread()
 

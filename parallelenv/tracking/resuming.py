@@ -99,10 +99,13 @@ class Resumer:
         idle = np.setdiff1d(ids, pending)
         journal = self.journal
         if journal is not None:  # a worker lost again while it replayed: the replay may be what kills it
-            journal.changed(tuple(i for i in stepping.tolist() if self.standins.get(i, ("", ""))[1] == RESTORED))
+            journal.changed(tuple(i for i in stepping.tolist() if self.standins.get(i, ("", ""))[1] == RESTORED),
+                            "its worker was lost again while it replayed its steps since its snapshot")
         restored = [i for i in [*stepping.tolist(), *idle.tolist()] if journal is not None and journal.can_replay(i)]
-        if restored:  # the failure log says which envs went on from their snapshot
-            failure = self.healing.name_restored(failure, restored)
+        if journal is not None:  # the failure log says which envs went on from their snapshot, and why not the rest
+            failure = self.healing.name_restored(
+                failure, restored, {i: journal.why_not(i) for i in [*stepping.tolist(), *idle.tolist()]
+                                    if i not in restored})
         for env_id in idle.tolist():
             self.due[env_id] = (failure, RESTORED if env_id in restored else WORKER_RESTARTED)
         replaying = tuple(i for i in stepping.tolist() if i in restored)
@@ -177,7 +180,8 @@ class Resumer:
         for env_id in env_ids:
             self.standins[env_id] = (failure, key)
         if self.journal is not None:  # a new episode: the record no longer leads to where these envs are
-            self.journal.changed(env_ids)
+            self.journal.changed(env_ids, "it was rebuilt and reset after an earlier failure, before its next "
+                                 "snapshot")
         return Reset(env_ids, self.healing.fresh_seeds(env_ids), (None,) * len(env_ids))
 
     def send_due_resets(self, selection: Selection, actions: Any) -> tuple[Selection, Any]:
@@ -244,7 +248,7 @@ class Resumer:
             return reply
         ids = tuple(rebuilding)
         if self.journal is not None:
-            self.journal.changed(ids)
+            self.journal.changed(ids, "its own step raised, and it was rebuilt and reset (on_env_error)")
         self._tracker.send_instead(Rebuild(ids, tuple(self._sources[i] for i in ids), healing.fresh_seeds(ids)), ids)
         answered = tuple(i for i in reply.env_ids if i not in rebuilding)
         return Reply(Step, answered, reply.values, tuple(kept), reply.info)
