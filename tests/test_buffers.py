@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import os
+import signal
+import threading
+from typing import Any
+
+import gymnasium as gym
 import numpy as np
 import pytest
 from envs import WideCountingEnv
 from gymnasium import spaces
 
-from parallelenv import ParallelEnv
+from parallelenv import ParallelEnv, Recycling, check_state
 from parallelenv.backends.buffers import (
     ENDED_ROW_MAX_BYTES,
     OBS_SLOT_MAX_BYTES,
@@ -125,8 +132,84 @@ def test_subproc_hands_a_step_of_large_observations_over_without_copying_it(no_l
         assert kept[:, 1].tolist() == [4, 4] and obs[:, 1].tolist() == [5, 5]
 
 
-@pytest.mark.parametrize("options", [{"copy": False}, {"on_worker_failure": "restart"}, {"on_env_error": "restart"}])
-def test_subproc_gives_no_spare_obs_slots_where_results_are_not_copied_or_envs_heal(no_leaks, options):
+def test_subproc_gives_no_spare_obs_slots_where_results_are_not_copied(no_leaks):
     envs = [lambda tag=tag: WideCountingEnv(tag) for tag in range(2)]
-    with ParallelEnv(envs, para_mode="subproc", num_workers=2, **options) as penv:
+    with ParallelEnv(envs, para_mode="subproc", num_workers=2, copy=False) as penv:
         assert penv.backend.buffers.obs_slots == []
+
+
+class FragileWide(WideCountingEnv):
+    """A WideCountingEnv whose step kills or hangs its own process once, when ``marker`` names its tag."""
+
+    def __init__(self, tag: int, marker: str) -> None:
+        super().__init__(tag, episode_length=7)
+        self.marker = marker
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        try:
+            with open(self.marker) as file:
+                tag, fault = file.read().split()
+        except (FileNotFoundError, ValueError):
+            tag, fault = "-1", ""
+        if int(tag) == self.tag:
+            os.remove(self.marker)
+            if fault == "killed":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if fault == "raises":
+                raise RuntimeError("a fragile env's step")
+            threading.Event().wait()  # hangs until its worker is killed
+        return super().step(action)
+
+
+def fragile_wide(tag: int, marker: str) -> gym.Env:
+    return FragileWide(tag, marker)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fault, snapshots", [("killed", False), ("killed", 5), ("hangs", False), ("hangs", 5),
+                                             ("raises", False),  # an env whose step raised is reset all the same
+                                             ("recycled", 5)])
+def test_healing_hands_large_observations_over_in_spare_slots_and_heals_them_right(no_leaks, tmp_path, fault,
+                                                                                   snapshots):
+    """With healing on, steps of every env still go into spare slots. A worker lost mid-step (or an env
+    whose step raised): the rebuilt envs' rows in the step handed over are their new episode's first obs
+    (or, for a lost worker with snapshots, what a run without the fault gives), the other rows as without
+    the fault, and the step the caller still holds is untouched."""
+    marker = str(tmp_path / "fault")
+    envs = [functools.partial(fragile_wide, tag, marker) for tag in range(4)]
+    assert check_state(envs[0], steps=10)  # its pickle continues exactly: trusted for the snapshots
+    actions = [np.full(4, t % 5) for t in range(40)]
+    with ParallelEnv(envs, asynchronous="restart") as reference:
+        reference.reset(seed=0)
+        expected = [reference.step(action)[0].copy() for action in actions]
+    healing = {"on_env_error": "restart"} if fault == "raises" else {
+        "on_worker_failure": "restart", "snapshots": snapshots, "call_timeout": 2.0 if fault == "hangs" else 60.0}
+    if fault == "recycled":  # every worker replaced on purpose every 17 steps, its envs going on from snapshots
+        healing = {"recycle": Recycling(steps=17), "snapshots": snapshots}
+    rebuilt = [2] if fault == "raises" else [2, 3]
+    with ParallelEnv(envs, para_mode="subproc", num_workers=2, asynchronous="restart", **healing) as penv:
+        spares = [slot.ctypes.data for slot in penv.backend.buffers.obs_slots[1:]]
+        assert len(spares) == SPARE_OBS_SLOTS
+        penv.reset(seed=0)
+        held = held_copy = None
+        in_spares = 0
+        for t, action in enumerate(actions):
+            if t == 23 and fault != "recycled":
+                with open(marker, "w") as file:
+                    file.write(f"2 {fault}")
+            obs, _, _, _, info = penv.step(action)
+            in_spares += obs.ctypes.data in spares
+            if held is not None:
+                np.testing.assert_array_equal(held, held_copy, err_msg=f"step {t}: a step the caller holds changed")
+            cut = info.get("_worker_restarted" if fault != "raises" else "_env_restarted", np.zeros(4, bool))
+            if snapshots or not cut.any():
+                np.testing.assert_array_equal(obs, expected[t], err_msg=f"step {t}")
+            else:
+                assert t == 23 and np.flatnonzero(cut).tolist() == rebuilt
+                kept = [i for i in range(4) if i not in rebuilt]
+                np.testing.assert_array_equal(obs[kept], expected[t][kept])
+                assert (obs[rebuilt, 1] == 0).all() and (obs[rebuilt, 0] == rebuilt).all()
+                assert (obs[rebuilt, 4:].T == rebuilt).all()  # the whole row of the new episode's first obs
+                break
+            held, held_copy = obs, obs.copy()  # one spare held, the other free: the next step goes there
+        assert len(penv.failures) == (4 if fault == "recycled" else 1) and in_spares >= 20

@@ -153,8 +153,7 @@ class SubprocBackend:
         self.single_observation_space, self.single_action_space = obs_space, action_space
         config = self._restart_with[2]
         restarts = config.policy.restarts_finished_envs
-        # Healing resets rebuilt envs' rows in whatever slot their new worker starts in: it copies results out.
-        copies_results = config.copy is not False and not (config.restarts_workers or config.rebuilds_envs)
+        copies_results = config.copy is not False
         spare = spare_obs_slots(obs_space, self.num_envs, copies_results)
         self._shared = SharedBuffers.create(obs_space, action_space, self.num_envs, restarts, spare)
         self.buffers = self._shared.buffers
