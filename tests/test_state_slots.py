@@ -126,6 +126,14 @@ def test_a_state_too_large_for_its_slot_comes_on_the_pipe_and_makes_room(ends):
     assert told.told_slots[0] is not None and parent.all_told([told], frozenset())
     assert reply.states[0].read() == large and reply.states[1].read() == state(b"f")
     assert small.read() == state(b"e"), "a state kept in the smaller slots lives on with them"
+    # A refusal the worker wrote to the old slots, whose answer the larger slots made the parent drop: the
+    # worker gives the reason again in the new slots, not "again".
+    worker.learn(parent.tell(Told(), frozenset()), frozenset())
+    parent.aim(IDS)
+    worker.keep(snapshot_reply({0: state(b"g"), 1: "dropped reason"}))
+    parent._make(3 * MIN_SLOT_BYTES)
+    [reply] = parent.fill([piped_snapshot(parent, worker, {0: state(b"h"), 1: "dropped reason"}, Told())])
+    assert reply.states[1] == "dropped reason"
     parent.close()
     with pytest.raises(ValueError, match="closed"):
         small.read()  # the smaller slots went with the larger ones, though a state kept from them lives

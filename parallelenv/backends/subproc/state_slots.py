@@ -269,6 +269,8 @@ class WorkerSlots:
             if path != self._path:
                 if self._area is not None:
                     self._area.close()
+                # Answers aimed at the old slots bring the parent nothing (StateSlots._make): each reason again.
+                self._refused.clear()
                 self._area = _Area(open_segment(path), int(num_envs), int(slot_bytes), owner=False)
                 self._path = path
                 self._seen = self._area.announced[0]
