@@ -140,8 +140,8 @@ def _layers(env: Any) -> list[Any]:
 
 # What an env or wrapper was built with, which an env built the same way holds already: its metadata,
 # spaces and spec (a wrapper's own are None where it keeps its inner env's), and the constructor's
-# arguments that Gymnasium keeps to pickle it (RecordConstructorArgs' and EzPickle's): a fifth of a MuJoCo
-# env's state. Any other space, spec or env an attribute holds is left out by its type.
+# arguments that Gymnasium keeps to pickle it (RecordConstructorArgs' and EzPickle's); the env-state page
+# says how much of a state that is. Any other space, spec or env an attribute holds is left out by its type.
 _BUILT_WITH = frozenset({"metadata", "_metadata", "action_space", "observation_space", "_action_space",
                          "_observation_space", "spec", "_cached_spec", "_saved_kwargs", "_ezpickle_args",
                          "_ezpickle_kwargs"})
